@@ -1,0 +1,5 @@
+import sys
+
+from kanin.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,150 @@
+"""Frame parsing: feed bytes, get whole frames back.
+
+Rules of this file:
+- `FrameReader.feed` takes any slice of the byte stream (one byte or many frames)
+  and returns every frame completed by it; partial frames stay buffered.
+- Malformed input raises AMQPError with the reply code RabbitMQ would send
+  (501 FRAME_ERROR for framing, 502 SYNTAX_ERROR for undecodable arguments,
+  540 NOT_IMPLEMENTED for unknown methods). Nothing else escapes.
+- Content header properties are kept as raw bytes: a message is delivered with
+  the same header bytes it was published with, and properties are decoded only
+  when routing or the broker needs them.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from pamqp import commands
+
+from kanin.amqp import constants as C
+from kanin.amqp import methods
+from kanin.amqp.errors import AMQPError, ConnectionError_
+
+_FRAME_HEAD = struct.Struct(">BHI")
+_HEADER_FIXED = struct.Struct(">HHQ")
+
+
+class MethodFrame:
+    __slots__ = ("channel", "method")
+
+    def __init__(self, channel: int, method: Any) -> None:
+        self.channel = channel
+        self.method = method
+
+    def __repr__(self) -> str:
+        return f"MethodFrame({self.channel}, {self.method.name})"
+
+
+class HeaderFrame:
+    """A content header. `payload` is the whole frame payload, class id to properties."""
+
+    __slots__ = ("body_size", "channel", "class_id", "payload")
+
+    def __init__(self, channel: int, class_id: int, body_size: int, payload: bytes) -> None:
+        self.channel = channel
+        self.class_id = class_id
+        self.body_size = body_size
+        self.payload = payload
+
+    def __repr__(self) -> str:
+        return f"HeaderFrame({self.channel}, body_size={self.body_size})"
+
+
+class BodyFrame:
+    __slots__ = ("channel", "payload")
+
+    def __init__(self, channel: int, payload: bytes) -> None:
+        self.channel = channel
+        self.payload = payload
+
+    def __repr__(self) -> str:
+        return f"BodyFrame({self.channel}, {len(self.payload)} bytes)"
+
+
+class HeartbeatFrame:
+    __slots__ = ("channel",)
+
+    def __init__(self, channel: int) -> None:
+        self.channel = channel
+
+    def __repr__(self) -> str:
+        return f"HeartbeatFrame({self.channel})"
+
+
+Frame = MethodFrame | HeaderFrame | BodyFrame | HeartbeatFrame
+
+
+def frame_error(text: str) -> AMQPError:
+    return ConnectionError_(C.FRAME_ERROR, text)
+
+
+class FrameReader:
+    """Splits a byte stream into frames no larger than `frame_max` (0 = no limit)."""
+
+    def __init__(self, frame_max: int) -> None:
+        self.frame_max = frame_max
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[Frame]:
+        buffer = self._buffer
+        buffer += data
+        frames: list[Frame] = []
+        offset = 0
+        end = len(buffer)
+        view = memoryview(buffer)
+        try:
+            while end - offset >= C.FRAME_OVERHEAD:
+                frame_type, channel, size = _FRAME_HEAD.unpack_from(buffer, offset)
+                if self.frame_max and size + C.FRAME_OVERHEAD > self.frame_max:
+                    raise frame_error(
+                        f"type {frame_type}, first 16 octets = {bytes(view[offset:offset + 16])!r}: "
+                        f"frame size {size + C.FRAME_OVERHEAD} larger than frame_max {self.frame_max}"
+                    )
+                frame_end = offset + C.FRAME_HEADER_SIZE + size
+                if frame_end >= end:
+                    break
+                if buffer[frame_end] != C.FRAME_END:
+                    raise frame_error(f"invalid frame end marker {buffer[frame_end]:#x}")
+                payload = bytes(view[offset + C.FRAME_HEADER_SIZE : frame_end])
+                frames.append(decode_frame(frame_type, channel, payload))
+                offset = frame_end + 1
+        finally:
+            view.release()
+        if offset:
+            del buffer[:offset]
+        return frames
+
+
+def decode_frame(frame_type: int, channel: int, payload: bytes) -> Frame:
+    if frame_type == C.FRAME_METHOD:
+        return MethodFrame(channel, methods.decode_method(payload))
+    if frame_type == C.FRAME_HEADER:
+        return decode_header(channel, payload)
+    if frame_type == C.FRAME_BODY:
+        return BodyFrame(channel, payload)
+    if frame_type == C.FRAME_HEARTBEAT:
+        if channel != 0:
+            raise frame_error(f"heartbeat frame on channel {channel}")
+        return HeartbeatFrame(channel)
+    raise frame_error(f"unknown frame type {frame_type}")
+
+
+def decode_header(channel: int, payload: bytes) -> HeaderFrame:
+    if len(payload) < _HEADER_FIXED.size + 2:
+        raise frame_error("content header frame too short")
+    class_id, _weight, body_size = _HEADER_FIXED.unpack_from(payload)
+    return HeaderFrame(channel, class_id, body_size, payload)
+
+
+def decode_properties(header_payload: bytes) -> commands.Basic.Properties:
+    """Decode the basic properties of a content header payload (slow path)."""
+    from pamqp import header as pamqp_header
+
+    content_header = pamqp_header.ContentHeader()
+    try:
+        content_header.unmarshal(header_payload)
+    except Exception as exc:  # pamqp raises several kinds on bad input
+        raise ConnectionError_(C.SYNTAX_ERROR, f"invalid content header: {exc}") from exc
+    return content_header.properties

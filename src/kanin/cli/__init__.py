@@ -1,0 +1,1 @@
+"""The kanin command line."""

@@ -1,0 +1,54 @@
+"""Broker configuration: one frozen value passed in, never a global."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class UserSpec:
+    """A user created at first start when the user store is empty."""
+
+    name: str
+    password: str
+    tags: tuple[str, ...] = ("administrator",)
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    # Network. bind=None listens on every interface, IPv4 and IPv6, as RabbitMQ does.
+    port: int = 5672
+    bind: str | None = None
+    data_dir: Path = Path("kanin-data")
+
+    # Values proposed in connection.tune; the client may lower them.
+    channel_max: int = 2047
+    frame_max: int = 131072
+    heartbeat_s: int = 60
+
+    # A client that has not finished the handshake by then is dropped.
+    handshake_timeout_s: float = 10.0
+
+    # Users created when the store is empty; `loopback_users` may only connect from loopback.
+    default_users: tuple[UserSpec, ...] = field(
+        default_factory=lambda: (UserSpec("guest", "guest"),)
+    )
+    loopback_users: tuple[str, ...] = ("guest",)
+    default_vhost: str = "/"
+
+    # Flow control: above this many bytes of queued message bodies, publishers are blocked.
+    memory_high_watermark_bytes: int = 2 * 1024**3
+
+    # Bounds on what one peer may make us hold.
+    max_message_size_bytes: int = 128 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be 0..65535, got {self.port}")
+        if self.frame_max != 0 and self.frame_max < 4096:
+            raise ValueError(f"frame_max must be 0 or >= 4096, got {self.frame_max}")
+        if not 0 <= self.channel_max <= 65535:
+            raise ValueError(f"channel_max must be 0..65535, got {self.channel_max}")
+        if self.heartbeat_s < 0:
+            raise ValueError(f"heartbeat_s must be >= 0, got {self.heartbeat_s}")

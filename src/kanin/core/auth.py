@@ -1,0 +1,79 @@
+"""Users, password hashes and per-vhost permissions, as RabbitMQ keeps them.
+
+Password hashes use RabbitMQ's default scheme (rabbit_password_hashing_sha256):
+base64(salt[4] + sha256(salt + password)), so definitions can move between the two.
+Permissions are three regexes per (user, vhost): configure, write, read; an empty
+string grants nothing, as in RabbitMQ.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass, field
+
+
+def hash_password(password: str, salt: bytes | None = None) -> str:
+    salt = secrets.token_bytes(4) if salt is None else salt
+    digest = hashlib.sha256(salt + password.encode()).digest()
+    return base64.b64encode(salt + digest).decode()
+
+
+def check_password(password: str, password_hash: str) -> bool:
+    try:
+        raw = base64.b64decode(password_hash)
+    except ValueError:
+        return False
+    salt = raw[:4]
+    return hmac.compare_digest(hash_password(password, salt).encode(), password_hash.encode())
+
+
+@dataclass
+class Permission:
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+    def allows(self, kind: str, name: str) -> bool:
+        pattern: str = getattr(self, kind)
+        return pattern != "" and _compiled(pattern).match(name) is not None
+
+
+_PATTERNS: dict[str, re.Pattern[str]] = {}
+
+
+def _compiled(pattern: str) -> re.Pattern[str]:
+    compiled = _PATTERNS.get(pattern)
+    if compiled is None:
+        compiled = _PATTERNS[pattern] = re.compile(pattern)
+    return compiled
+
+
+@dataclass
+class User:
+    name: str
+    password_hash: str
+    tags: tuple[str, ...] = ()
+    permissions: dict[str, Permission] = field(default_factory=dict)  # vhost -> permission
+
+
+class UserStore:
+    def __init__(self) -> None:
+        self.users: dict[str, User] = {}
+
+    def add_user(self, name: str, password: str, tags: tuple[str, ...] = ()) -> User:
+        user = User(name, hash_password(password), tags)
+        self.users[name] = user
+        return user
+
+    def authenticate(self, name: str, password: str) -> User | None:
+        user = self.users.get(name)
+        if user is None or not check_password(password, user.password_hash):
+            return None
+        return user
+
+    def set_permissions(self, name: str, vhost: str, permission: Permission) -> None:
+        self.users[name].permissions[vhost] = permission

@@ -1,0 +1,263 @@
+"""A channel: method dispatch, deliveries and the per-channel ledgers.
+
+Rules of this file:
+- A channel is OPEN until it or its peer starts closing; while CLOSING it ignores
+  everything but channel.close / channel.close-ok, as the spec asks.
+- Handlers live beside this file (handlers_*.py) and are looked up by method class;
+  they raise AMQPError, which the connection turns into channel.close or
+  connection.close. They never write to the socket except through the port.
+- Deliveries go out as soon as a queue dispatches; confirms are coalesced and go
+  out at the end of the event-loop turn (see ConfirmLedger.drain).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pamqp import commands
+
+from kanin.amqp import constants as C
+from kanin.amqp.assembler import Content, ContentAssembler
+from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
+from kanin.amqp.frames import BodyFrame, HeaderFrame
+from kanin.amqp.methods import class_and_method, encode_ack, encode_content, encode_deliver_head, encode_method
+from kanin.core.confirms import ConfirmLedger
+from kanin.core.consumer import Consumer
+from kanin.core.message import Entry, Message
+from kanin.core.queue import Queue
+from kanin.core.unacked import Unacked, UnackedLedger
+
+if TYPE_CHECKING:
+    from kanin.core.ports import ConnectionPort
+
+Handler = Callable[["Channel", Any], None]
+HANDLERS: dict[type, Handler] = {}
+
+
+def handles(*method_classes: type) -> Callable[[Handler], Handler]:
+    def register(fn: Handler) -> Handler:
+        for cls in method_classes:
+            HANDLERS[cls] = fn
+        return fn
+
+    return register
+
+
+class Channel:
+    def __init__(self, channel_id: int, port: ConnectionPort) -> None:
+        self.id = channel_id
+        self.port = port
+        self.vhost = port.vhost
+        self.closing = False
+        self.assembler = ContentAssembler(port.broker.config.max_message_size_bytes)
+        self.unacked = UnackedLedger()
+        self.consumers: dict[str, Consumer] = {}
+        self.consumer_prefetch = 0  # basic.qos global=false: for consumers created later
+        self.global_prefetch = 0  # basic.qos global=true: for the channel as a whole
+        self.global_unacked = 0
+        self.confirms: ConfirmLedger | None = None
+        self.tx: list[tuple[str, Any]] | None = None  # buffered publishes/acks in tx mode
+        self.last_queue_name = ""
+        self.reply_key: str | None = None  # direct reply-to consumer, if any
+        self.reply_consumer_tag = ""
+
+    # -- frames in ----------------------------------------------------------------
+
+    def handle_method(self, method: Any) -> None:
+        if self.closing:
+            return
+        if isinstance(method, commands.Basic.Publish):
+            self.assembler.start(method)
+            return
+        self.assembler.expect_method()
+        handler = HANDLERS.get(type(method))
+        if handler is None:
+            class_id, method_id = class_and_method(method.index)
+            raise ConnectionError_(
+                C.COMMAND_INVALID, f"unexpected method {method.name} on a channel",
+                class_id, method_id,
+            )
+        try:
+            handler(self, method)
+        except AMQPError as exc:
+            raise exc.with_method(*class_and_method(method.index)) from None
+
+    def handle_header(self, frame: HeaderFrame) -> None:
+        if self.closing:
+            return
+        content = self.assembler.on_header(frame)
+        if content is not None:
+            self._publish(content)
+
+    def handle_body(self, frame: BodyFrame) -> None:
+        if self.closing:
+            return
+        content = self.assembler.on_body(frame)
+        if content is not None:
+            self._publish(content)
+
+    def _publish(self, content: Content) -> None:
+        from kanin.core.publishing import publish
+
+        try:
+            publish(self, content)
+        except AMQPError as exc:
+            raise exc.with_method(60, 40) from None
+
+    # -- frames out ---------------------------------------------------------------
+
+    def send_method(self, method: Any) -> None:
+        self.port.send(encode_method(self.id, method))
+
+    def send_content(self, method: Any, message: Message) -> None:
+        parts = [encode_method(self.id, method)]
+        parts += encode_content(self.id, message.header_payload, message.body, self.port.frame_max)
+        self.port.send_parts(parts)
+
+    def flush(self) -> None:
+        """End of an event-loop turn: send the coalesced publisher confirms."""
+        if self.confirms is None or self.closing:
+            return
+        nacks, acks = self.confirms.drain()
+        for seq in nacks:
+            self.send_method(commands.Basic.Nack(delivery_tag=seq, multiple=False, requeue=False))
+        for seq, multiple in acks:
+            self.port.send(encode_ack(self.id, seq, multiple))
+
+    # -- deliveries ---------------------------------------------------------------
+
+    def can_deliver(self) -> bool:
+        return (
+            not self.closing
+            and self.port.writable
+            and (self.global_prefetch == 0 or self.global_unacked < self.global_prefetch)
+        )
+
+    def deliver(self, consumer: Consumer, entry: Entry) -> None:
+        tag = self.unacked.next_tag()
+        if not consumer.no_ack:
+            self.unacked.add(Unacked(tag, consumer.queue, entry, consumer))
+            consumer.unacked += 1
+            self.global_unacked += 1
+        message = entry.message
+        parts = [
+            encode_deliver_head(
+                self.id, consumer.tag_bytes, tag, entry.redelivered,
+                message.exchange.encode(), message.routing_key.encode(),
+            )
+        ]
+        parts += encode_content(self.id, message.header_payload, message.body, self.port.frame_max)
+        self.port.send_parts(parts)
+
+    def deliver_reply(self, message: Message) -> None:
+        """A direct reply-to response: no queue, no ack, straight to the waiting consumer."""
+        tag = self.unacked.next_tag()
+        method = commands.Basic.Deliver(
+            consumer_tag=self.reply_consumer_tag, delivery_tag=tag, redelivered=False,
+            exchange=message.exchange, routing_key=message.routing_key,
+        )
+        self.send_content(method, message)
+
+    # -- acknowledgements ---------------------------------------------------------
+
+    def apply_settled(self, records: list[Unacked], requeue: bool | None) -> None:
+        """ack (requeue=None), or nack/reject with or without requeue."""
+        self._release(records)
+        if requeue:
+            self._requeue(records)
+
+    def _release(self, records: list[Unacked]) -> None:
+        """Free the prefetch credit the settled deliveries held, and let queues dispatch."""
+        if not records:
+            return
+        queues: dict[int, Queue] = {}
+        for record in records:
+            consumer = record.consumer
+            if consumer is not None:
+                consumer.unacked -= 1
+                self.global_unacked -= 1
+                queues[id(consumer.queue)] = consumer.queue
+        if self.global_prefetch:
+            for consumer in self.consumers.values():
+                queues[id(consumer.queue)] = consumer.queue
+        for queue in queues.values():
+            if queue.consumers:
+                queue.schedule_dispatch()
+
+    @staticmethod
+    def _requeue(records: list[Unacked]) -> None:
+        by_queue: dict[int, tuple[Queue, list[Entry]]] = {}
+        for record in records:
+            by_queue.setdefault(id(record.queue), (record.queue, []))[1].append(record.entry)
+        for queue, entries in by_queue.values():
+            queue.requeue(entries)
+
+    def recover(self) -> None:
+        records = self.unacked.take_all()
+        self._release(records)
+        self._requeue(records)
+
+    # -- consumers ----------------------------------------------------------------
+
+    def add_consumer(self, consumer: Consumer) -> None:
+        self.consumers[consumer.tag] = consumer
+        consumer.queue.add_consumer(consumer)
+
+    def cancel_consumer(self, tag: str) -> None:
+        consumer = self.consumers.pop(tag, None)
+        if consumer is not None:
+            consumer.queue.remove_consumer(consumer)
+        elif tag == self.reply_consumer_tag and self.reply_key is not None:
+            self._drop_reply_consumer()
+
+    def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
+        """The queue went away: tell the client, if it asked to be told."""
+        if self.consumers.pop(consumer.tag, None) is None:
+            return
+        capabilities = self.port.client_capabilities
+        if not self.closing and capabilities.get("consumer_cancel_notify"):
+            self.send_method(commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
+
+    def _drop_reply_consumer(self) -> None:
+        if self.reply_key is not None:
+            self.port.broker.reply_channels.pop(self.reply_key, None)
+        self.reply_key = None
+        self.reply_consumer_tag = ""
+
+    # -- closing ------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """The channel is gone (closed, errored, connection lost): give everything back."""
+        self.closing = True
+        for consumer in list(self.consumers.values()):
+            consumer.queue.remove_consumer(consumer)
+        self.consumers.clear()
+        self._drop_reply_consumer()
+        uncommitted = [r for kind, args in (self.tx or []) if kind == "settle" for r in args[0]]
+        self.tx = None
+        self.unacked.restore(uncommitted)
+        records = self.unacked.take_all()
+        for record in records:
+            if record.consumer is not None:
+                record.consumer.unacked -= 1
+        self.global_unacked = 0
+        self._requeue(records)
+
+    def fail(self, exc: ChannelError) -> None:
+        """A channel error: send channel.close and wait for close-ok."""
+        self.send_method(
+            commands.Channel.Close(
+                reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
+                class_id=exc.class_id, method_id=exc.method_id,
+            )
+        )
+        self.shutdown()
+
+
+def _register_handlers() -> None:
+    # Imported for their @handles registrations.
+    from kanin.core import handlers_basic, handlers_topology  # noqa: F401
+
+
+_register_handlers()

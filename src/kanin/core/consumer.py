@@ -1,0 +1,39 @@
+"""A consumer: a subscription of one channel to one queue."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kanin.core.channel import Channel
+    from kanin.core.queue import Queue
+
+
+class Consumer:
+    __slots__ = (
+        "arguments", "channel", "exclusive", "no_ack", "prefetch", "priority", "queue",
+        "tag", "tag_bytes", "unacked",
+    )
+
+    def __init__(
+        self, tag: str, channel: Channel, queue: Queue, no_ack: bool, exclusive: bool,
+        prefetch: int, arguments: dict[str, Any],
+    ) -> None:
+        self.tag = tag
+        self.tag_bytes = tag.encode()
+        self.channel = channel
+        self.queue = queue
+        self.no_ack = no_ack
+        self.exclusive = exclusive
+        self.prefetch = prefetch  # 0 = unlimited; per-consumer limit (basic.qos global=false)
+        self.arguments = arguments
+        priority = arguments.get("x-priority", 0)
+        self.priority = priority if isinstance(priority, int) else 0
+        self.unacked = 0
+
+    def has_capacity(self) -> bool:
+        if not self.channel.can_deliver():
+            return False
+        if self.no_ack:
+            return True
+        return self.prefetch == 0 or self.unacked < self.prefetch

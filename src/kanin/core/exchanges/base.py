@@ -1,0 +1,79 @@
+"""What every exchange has: a name, flags, arguments and a set of bindings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, ClassVar, Union
+
+if TYPE_CHECKING:
+    from kanin.core.queue import Queue
+
+Destination = Union["Queue", "Exchange"]
+
+
+def freeze(value: Any) -> Any:
+    """A hashable stand-in for a field-table value, to compare binding arguments."""
+    if isinstance(value, dict):
+        return tuple(sorted((k, freeze(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return tuple(freeze(v) for v in value)
+    return value
+
+
+class Binding:
+    __slots__ = ("arguments", "destination", "key", "routing_key", "source")
+
+    def __init__(
+        self, source: Exchange, destination: Destination, routing_key: str,
+        arguments: dict[str, Any],
+    ) -> None:
+        self.source = source
+        self.destination = destination
+        self.routing_key = routing_key
+        self.arguments = arguments
+        self.key = (id(destination), routing_key, freeze(arguments))
+
+
+class Exchange:
+    type_name: ClassVar[str] = ""
+
+    def __init__(
+        self, name: str, durable: bool = False, auto_delete: bool = False,
+        internal: bool = False, arguments: dict[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.durable = durable
+        self.auto_delete = auto_delete
+        self.internal = internal
+        self.arguments = arguments or {}
+        self.bindings: dict[tuple[Any, ...], Binding] = {}
+        # Bindings in which this exchange is the destination (exchange-to-exchange).
+        self.bound_from: dict[tuple[Any, ...], Binding] = {}
+
+    @property
+    def alternate_exchange(self) -> str | None:
+        value = self.arguments.get("alternate-exchange")
+        return value if isinstance(value, str) else None
+
+    def bind(self, binding: Binding) -> bool:
+        """Add a binding; False if it was already there."""
+        if binding.key in self.bindings:
+            return False
+        self.bindings[binding.key] = binding
+        self._on_bind(binding)
+        return True
+
+    def unbind(self, key: tuple[Any, ...]) -> Binding | None:
+        binding = self.bindings.pop(key, None)
+        if binding is not None:
+            self._on_unbind(binding)
+        return binding
+
+    def _on_bind(self, binding: Binding) -> None:
+        """Hook for types that index their bindings."""
+
+    def _on_unbind(self, binding: Binding) -> None:
+        """Hook for types that index their bindings."""
+
+    def route(self, routing_key: str, headers: dict[str, Any]) -> Iterable[Destination]:
+        raise NotImplementedError

@@ -1,0 +1,192 @@
+"""basic.*, confirm.* and tx.* handlers: consuming, acknowledging, confirming."""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from pamqp import commands
+
+from kanin.amqp import constants as C
+from kanin.amqp.errors import ChannelError, ConnectionError_
+from kanin.core.channel import Channel, handles
+from kanin.core.confirms import ConfirmLedger
+from kanin.core.consumer import Consumer
+from kanin.core.permissions import check_permission
+from kanin.core.publishing import REPLY_TO, new_reply_key, route_and_enqueue
+from kanin.core.unacked import Unacked
+
+
+def _queue_name(channel: Channel, name: str) -> str:
+    """An empty queue name means the queue last declared on this channel."""
+    if name:
+        return name
+    if not channel.last_queue_name:
+        raise ChannelError(C.NOT_FOUND, "no previously declared queue")
+    return channel.last_queue_name
+
+
+@handles(commands.Basic.Qos)
+def basic_qos(channel: Channel, method: commands.Basic.Qos) -> None:
+    if method.prefetch_size:
+        raise ConnectionError_(C.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
+    if method.global_:
+        channel.global_prefetch = method.prefetch_count
+        for consumer in channel.consumers.values():
+            consumer.queue.schedule_dispatch()
+    else:
+        channel.consumer_prefetch = method.prefetch_count
+    channel.send_method(commands.Basic.QosOk())
+
+
+@handles(commands.Basic.Consume)
+def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
+    if method.queue == REPLY_TO:
+        _consume_reply_to(channel, method)
+        return
+    name = _queue_name(channel, method.queue)
+    queue = channel.vhost.get_queue(name, channel.port)
+    check_permission(channel.port, "read", "queue", name)
+    tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
+    if tag in channel.consumers or tag == channel.reply_consumer_tag:
+        raise ConnectionError_(C.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+    if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
+        raise ChannelError(
+            C.ACCESS_REFUSED, f"queue '{name}' in vhost '{channel.vhost.name}' in exclusive use"
+        )
+    consumer = Consumer(
+        tag, channel, queue, method.no_ack, method.exclusive, channel.consumer_prefetch,
+        method.arguments or {},
+    )
+    # consume-ok goes out before any delivery: dispatch only runs on a later loop turn.
+    if not method.nowait:
+        channel.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
+    channel.add_consumer(consumer)
+
+
+def _consume_reply_to(channel: Channel, method: commands.Basic.Consume) -> None:
+    if not method.no_ack:
+        raise ChannelError(C.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
+    if channel.reply_key is not None:
+        raise ChannelError(C.PRECONDITION_FAILED, "reply consumer already set")
+    tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
+    if tag in channel.consumers:
+        raise ConnectionError_(C.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+    channel.reply_key = new_reply_key()
+    channel.reply_consumer_tag = tag
+    channel.port.broker.reply_channels[channel.reply_key] = channel
+    if not method.nowait:
+        channel.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
+
+
+@handles(commands.Basic.Cancel)
+def basic_cancel(channel: Channel, method: commands.Basic.Cancel) -> None:
+    channel.cancel_consumer(method.consumer_tag)
+    if not method.nowait:
+        channel.send_method(commands.Basic.CancelOk(consumer_tag=method.consumer_tag))
+
+
+@handles(commands.Basic.Get)
+def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
+    name = _queue_name(channel, method.queue)
+    queue = channel.vhost.get_queue(name, channel.port)
+    check_permission(channel.port, "read", "queue", name)
+    entry = queue.take()
+    if entry is None:
+        channel.send_method(commands.Basic.GetEmpty())
+        return
+    tag = channel.unacked.next_tag()
+    if not method.no_ack:
+        channel.unacked.add(Unacked(tag, queue, entry, None))
+    message = entry.message
+    channel.send_content(
+        commands.Basic.GetOk(
+            delivery_tag=tag, redelivered=entry.redelivered, exchange=message.exchange,
+            routing_key=message.routing_key, message_count=queue.message_count,
+        ),
+        message,
+    )
+
+
+@handles(commands.Basic.Ack)
+def basic_ack(channel: Channel, method: commands.Basic.Ack) -> None:
+    _settle(channel, method.delivery_tag, method.multiple, None)
+
+
+@handles(commands.Basic.Nack)
+def basic_nack(channel: Channel, method: commands.Basic.Nack) -> None:
+    _settle(channel, method.delivery_tag, method.multiple, method.requeue)
+
+
+@handles(commands.Basic.Reject)
+def basic_reject(channel: Channel, method: commands.Basic.Reject) -> None:
+    _settle(channel, method.delivery_tag, False, method.requeue)
+
+
+def _settle(channel: Channel, tag: int, multiple: bool, requeue: bool | None) -> None:
+    records = channel.unacked.settle(tag, multiple)
+    if channel.tx is not None:
+        # As in RabbitMQ: the tag is checked now, the ack takes effect at commit, and a
+        # rollback puts the deliveries back as unacked.
+        channel.tx.append(("settle", (records, requeue)))
+        return
+    channel.apply_settled(records, requeue)
+
+
+@handles(commands.Basic.Recover, commands.Basic.RecoverAsync)
+def basic_recover(channel: Channel, method: Any) -> None:
+    if not method.requeue:
+        raise ConnectionError_(C.NOT_IMPLEMENTED, "requeue=false")
+    channel.recover()
+    if isinstance(method, commands.Basic.Recover):
+        channel.send_method(commands.Basic.RecoverOk())
+
+
+@handles(commands.Confirm.Select)
+def confirm_select(channel: Channel, method: commands.Confirm.Select) -> None:
+    if channel.tx is not None:
+        raise ChannelError(C.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
+    if channel.confirms is None:
+        channel.confirms = ConfirmLedger()
+    if not method.nowait:
+        channel.send_method(commands.Confirm.SelectOk())
+
+
+@handles(commands.Tx.Select)
+def tx_select(channel: Channel, method: commands.Tx.Select) -> None:
+    if channel.confirms is not None:
+        raise ChannelError(C.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
+    if channel.tx is None:
+        channel.tx = []
+    channel.send_method(commands.Tx.SelectOk())
+
+
+@handles(commands.Tx.Commit)
+def tx_commit(channel: Channel, method: commands.Tx.Commit) -> None:
+    if channel.tx is None:
+        raise ChannelError(C.PRECONDITION_FAILED, "channel is not transactional")
+    work, channel.tx = channel.tx, []
+    for kind, args in work:
+        if kind == "publish":
+            route_and_enqueue(channel, *args)
+        else:
+            channel.apply_settled(*args)
+    channel.send_method(commands.Tx.CommitOk())
+
+
+@handles(commands.Tx.Rollback)
+def tx_rollback(channel: Channel, method: commands.Tx.Rollback) -> None:
+    if channel.tx is None:
+        raise ChannelError(C.PRECONDITION_FAILED, "channel is not transactional")
+    work, channel.tx = channel.tx, []
+    for kind, args in work:
+        if kind == "settle":
+            channel.unacked.restore(args[0])
+    channel.send_method(commands.Tx.RollbackOk())
+
+
+@handles(commands.Channel.Flow)
+def channel_flow(channel: Channel, method: commands.Channel.Flow) -> None:
+    if not method.active:
+        raise ConnectionError_(C.NOT_IMPLEMENTED, "active=false")
+    channel.send_method(commands.Channel.FlowOk(active=True))

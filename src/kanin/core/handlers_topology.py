@@ -1,0 +1,118 @@
+"""exchange.* and queue.* handlers: translate methods to vhost operations and reply."""
+
+from __future__ import annotations
+
+from pamqp import commands
+
+from kanin.core.channel import Channel, handles
+from kanin.core.exchanges import Destination
+from kanin.core.permissions import check_permission
+
+
+@handles(commands.Exchange.Declare)
+def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> None:
+    if not method.passive:
+        check_permission(channel.port, "configure", "exchange", method.exchange)
+    channel.vhost.declare_exchange(
+        method.exchange, method.exchange_type, passive=method.passive, durable=method.durable,
+        auto_delete=method.auto_delete, internal=method.internal,
+        arguments=method.arguments or {},
+    )
+    if not method.nowait:
+        channel.send_method(commands.Exchange.DeclareOk())
+
+
+@handles(commands.Exchange.Delete)
+def exchange_delete(channel: Channel, method: commands.Exchange.Delete) -> None:
+    check_permission(channel.port, "configure", "exchange", method.exchange)
+    channel.vhost.delete_exchange(method.exchange, method.if_unused)
+    if not method.nowait:
+        channel.send_method(commands.Exchange.DeleteOk())
+
+
+@handles(commands.Exchange.Bind, commands.Exchange.Unbind)
+def exchange_bind(
+    channel: Channel, method: commands.Exchange.Bind | commands.Exchange.Unbind
+) -> None:
+    vhost = channel.vhost
+    check_permission(channel.port, "write", "exchange", method.destination)
+    check_permission(channel.port, "read", "exchange", method.source)
+    destination: Destination
+    if method.destination == "":
+        destination = vhost.default_exchange
+    else:
+        destination = vhost.get_exchange(method.destination)
+    binding = isinstance(method, commands.Exchange.Bind)
+    if binding:
+        vhost.bind(method.source, destination, method.routing_key, method.arguments or {})
+    else:
+        vhost.unbind(method.source, destination, method.routing_key, method.arguments or {})
+    if not method.nowait:
+        channel.send_method(commands.Exchange.BindOk() if binding else commands.Exchange.UnbindOk())
+
+
+@handles(commands.Queue.Declare)
+def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
+    vhost, port = channel.vhost, channel.port
+    if method.passive:
+        queue = vhost.get_queue(method.queue, port)
+    else:
+        if method.queue:
+            check_permission(port, "configure", "queue", method.queue)
+        queue = vhost.declare_queue(
+            method.queue, port, passive=False, durable=method.durable,
+            exclusive=method.exclusive, auto_delete=method.auto_delete,
+            arguments=method.arguments or {},
+        )
+    channel.last_queue_name = queue.name
+    if not method.nowait:
+        channel.send_method(
+            commands.Queue.DeclareOk(
+                queue=queue.name, message_count=queue.message_count,
+                consumer_count=len(queue.consumers),
+            )
+        )
+
+
+@handles(commands.Queue.Bind, commands.Queue.Unbind)
+def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Unbind) -> None:
+    vhost, port = channel.vhost, channel.port
+    name = method.queue or channel.last_queue_name
+    queue = vhost.get_queue(name, port)
+    check_permission(port, "write", "queue", name)
+    check_permission(port, "read", "exchange", method.exchange)
+    arguments = method.arguments or {}
+    if isinstance(method, commands.Queue.Bind):
+        vhost.bind(method.exchange, queue, method.routing_key, arguments)
+        if not method.nowait:
+            channel.send_method(commands.Queue.BindOk())
+    else:
+        vhost.unbind(method.exchange, queue, method.routing_key, arguments)
+        channel.send_method(commands.Queue.UnbindOk())
+
+
+@handles(commands.Queue.Purge)
+def queue_purge(channel: Channel, method: commands.Queue.Purge) -> None:
+    name = method.queue or channel.last_queue_name
+    queue = channel.vhost.get_queue(name, channel.port)
+    check_permission(channel.port, "read", "queue", name)
+    count = queue.purge()
+    if not method.nowait:
+        channel.send_method(commands.Queue.PurgeOk(message_count=count))
+
+
+@handles(commands.Queue.Delete)
+def queue_delete(channel: Channel, method: commands.Queue.Delete) -> None:
+    vhost = channel.vhost
+    name = method.queue or channel.last_queue_name
+    queue = vhost.queues.get(name)
+    if queue is None:
+        # RabbitMQ 3.x answers delete-ok for a queue that does not exist.
+        count = 0
+    else:
+        vhost.check_exclusive(queue, channel.port)
+        check_permission(channel.port, "configure", "queue", name)
+        count = vhost.delete_queue(queue, method.if_unused, method.if_empty)
+    if not method.nowait:
+        channel.send_method(commands.Queue.DeleteOk(message_count=count))
+

@@ -1,0 +1,46 @@
+"""A published message and its place in one queue."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Message:
+    """One published message, shared by every queue it was routed to.
+
+    `header_payload` is the content header exactly as the publisher sent it, so a
+    delivery forwards the same bytes; `properties` is its decoded form.
+    """
+
+    __slots__ = ("body", "exchange", "header_payload", "properties", "routing_key")
+
+    def __init__(
+        self, exchange: str, routing_key: str, header_payload: bytes, body: bytes, properties: Any
+    ) -> None:
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.header_payload = header_payload
+        self.body = body
+        self.properties = properties
+
+    @property
+    def persistent(self) -> bool:
+        return bool(self.properties.delivery_mode == 2)
+
+    @property
+    def headers(self) -> dict[str, Any]:
+        return self.properties.headers or {}
+
+
+class Entry:
+    """A message in one queue. `seq` orders the queue; a requeue goes back to its place."""
+
+    __slots__ = ("message", "redelivered", "seq")
+
+    def __init__(self, message: Message, seq: int) -> None:
+        self.message = message
+        self.seq = seq
+        self.redelivered = False
+
+    def __lt__(self, other: Entry) -> bool:
+        return self.seq < other.seq

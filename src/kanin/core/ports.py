@@ -1,0 +1,31 @@
+"""What the core needs from a connection: a way out for frames, and who is talking."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from kanin.core.auth import User
+    from kanin.core.broker import Broker
+    from kanin.core.channel import Channel
+    from kanin.core.vhost import VirtualHost
+
+
+class ConnectionPort(Protocol):
+    broker: Broker
+    user: User
+    vhost: VirtualHost
+    frame_max: int
+    client_capabilities: dict[str, Any]
+
+    @property
+    def writable(self) -> bool:
+        """False while the socket's send buffer is above its high-water mark."""
+
+    def send(self, data: bytes) -> None:
+        """Queue bytes for the socket; they are written once per event-loop turn."""
+
+    def send_parts(self, parts: list[bytes]) -> None: ...
+
+    def request_flush(self, channel: Channel) -> None:
+        """Ask for channel.flush() at the end of this event-loop turn (confirm coalescing)."""

@@ -1,0 +1,107 @@
+"""basic.publish: from an assembled message to queues, returns and confirms.
+
+The straight path: check the exchange and permission, decode the properties,
+route through the vhost, hand the message to each queue, then record the
+confirm (sent coalesced at the end of the turn). An unroutable mandatory
+message gets basic.return now, so it always precedes its basic.ack.
+In tx mode the publish is buffered and this path runs at tx.commit instead.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING
+
+from pamqp import commands
+from pamqp import header as pamqp_header
+
+from kanin.amqp import constants as C
+from kanin.amqp.assembler import Content
+from kanin.amqp.errors import ChannelError, ConnectionError_
+from kanin.amqp.frames import decode_properties
+from kanin.core.message import Message
+from kanin.core.permissions import check_permission
+
+if TYPE_CHECKING:
+    from kanin.core.channel import Channel
+
+REPLY_TO = "amq.rabbitmq.reply-to"
+REPLY_TO_PREFIX = REPLY_TO + "."
+
+
+def publish(channel: Channel, content: Content) -> None:
+    method = content.method
+    if method.immediate:
+        raise ConnectionError_(C.NOT_IMPLEMENTED, "immediate=true")
+    vhost = channel.vhost
+    exchange = vhost.exchanges.get(method.exchange)
+    if exchange is None:
+        raise vhost.exchange_not_found(method.exchange)
+    check_permission(channel.port, "write", "exchange", method.exchange)
+    if exchange.internal:
+        raise ChannelError(
+            C.ACCESS_REFUSED,
+            f"cannot publish to internal exchange '{exchange.name}' in vhost '{vhost.name}'",
+        )
+    properties = decode_properties(content.header.payload)
+    user_id = properties.user_id
+    if user_id and user_id != channel.port.user.name:
+        raise ChannelError(
+            C.PRECONDITION_FAILED,
+            f"user_id property set to '{user_id}' but authenticated user was "
+            f"'{channel.port.user.name}'",
+        )
+    header_payload = content.header.payload
+    if properties.reply_to == REPLY_TO:
+        header_payload = _claim_reply_to(channel, properties, content.header.body_size)
+    message = Message(method.exchange, method.routing_key, header_payload, content.body, properties)
+    if channel.tx is not None:
+        channel.tx.append(("publish", (message, method.mandatory)))
+        return
+    route_and_enqueue(channel, message, method.mandatory)
+
+
+def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> None:
+    seq = channel.confirms.next_seq() if channel.confirms is not None else 0
+    vhost = channel.vhost
+    routed = False
+    if message.exchange == "" and message.routing_key.startswith(REPLY_TO_PREFIX):
+        routed = _deliver_reply(channel, message)
+    else:
+        exchange = vhost.exchanges.get(message.exchange)
+        queues = vhost.route(exchange, message.routing_key, message.headers) if exchange else []
+        for queue in queues:
+            queue.publish(message)
+        routed = bool(queues)
+    if not routed and mandatory:
+        channel.send_content(
+            commands.Basic.Return(
+                reply_code=C.NO_ROUTE, reply_text="NO_ROUTE",
+                exchange=message.exchange, routing_key=message.routing_key,
+            ),
+            message,
+        )
+    if channel.confirms is not None:
+        channel.confirms.confirm(seq)
+        channel.port.request_flush(channel)
+
+
+def _claim_reply_to(channel: Channel, properties: commands.Basic.Properties, size: int) -> bytes:
+    """Rewrite reply_to to this channel's direct reply-to address (RabbitMQ's fast reply)."""
+    if channel.reply_key is None:
+        raise ChannelError(C.PRECONDITION_FAILED, "fast reply consumer does not exist")
+    properties.reply_to = REPLY_TO_PREFIX + channel.reply_key
+    return pamqp_header.ContentHeader(0, size, properties).marshal()
+
+
+def _deliver_reply(channel: Channel, message: Message) -> bool:
+    key = message.routing_key[len(REPLY_TO_PREFIX):]
+    target = channel.port.broker.reply_channels.get(key)
+    if target is None or target.closing:
+        return False
+    target.deliver_reply(message)
+    return True
+
+
+def new_reply_key() -> str:
+    return secrets.token_urlsafe(24)

@@ -1,0 +1,322 @@
+"""A virtual host: its exchanges, queues and bindings, and routing through them.
+
+The methods here are the semantic operations behind exchange.* and queue.*; they
+raise AMQPError with RabbitMQ's reply codes and texts, and know nothing of frames.
+"""
+
+from __future__ import annotations
+
+import base64
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from kanin.amqp import constants as C
+from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
+from kanin.core.exchanges import EXCHANGE_TYPES, Binding, DefaultExchange, Destination, Exchange
+from kanin.core.queue import Queue
+from kanin.core.scheduling import Scheduler
+
+PREDECLARED = (
+    ("amq.direct", "direct"),
+    ("amq.fanout", "fanout"),
+    ("amq.topic", "topic"),
+    ("amq.headers", "headers"),
+    ("amq.match", "headers"),
+)
+
+
+def _bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
+class VirtualHost:
+    def __init__(self, name: str, scheduler: Scheduler) -> None:
+        self.name = name
+        self.scheduler = scheduler
+        self.queues: dict[str, Queue] = {}
+        self.default_exchange = DefaultExchange(self.queues.get)
+        self.exchanges: dict[str, Exchange] = {"": self.default_exchange}
+        for name_, type_ in PREDECLARED:
+            self.exchanges[name_] = EXCHANGE_TYPES[type_](name_, durable=True)
+        # Called with (queue, consumers) when a queue is deleted, to notify the consumers.
+        self.on_queue_deleted: Callable[[Queue], None] | None = None
+
+    # -- names ------------------------------------------------------------------
+
+    def _where(self) -> str:
+        return f"in vhost '{self.name}'"
+
+    def exchange_not_found(self, name: str) -> AMQPError:
+        return ChannelError(C.NOT_FOUND, f"no exchange '{name}' {self._where()}")
+
+    def queue_not_found(self, name: str) -> AMQPError:
+        return ChannelError(C.NOT_FOUND, f"no queue '{name}' {self._where()}")
+
+    def get_exchange(self, name: str) -> Exchange:
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            raise self.exchange_not_found(name)
+        return exchange
+
+    def get_queue(self, name: str, connection: object | None = None) -> Queue:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise self.queue_not_found(name)
+        if connection is not None:
+            self.check_exclusive(queue, connection)
+        return queue
+
+    def check_exclusive(self, queue: Queue, connection: object) -> None:
+        if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
+            raise ChannelError(
+                C.RESOURCE_LOCKED,
+                f"cannot obtain exclusive access to locked queue '{queue.name}' {self._where()}. "
+                "It could be originally declared on another connection or the exclusive "
+                "property value does not match that of the original declaration.",
+            )
+
+    # -- exchanges --------------------------------------------------------------
+
+    def declare_exchange(
+        self, name: str, type_: str, *, passive: bool, durable: bool, auto_delete: bool,
+        internal: bool, arguments: dict[str, Any],
+    ) -> Exchange:
+        if passive:
+            if name == "":
+                return self.default_exchange
+            return self.get_exchange(name)
+        if name.startswith("amq."):
+            raise ChannelError(
+                C.ACCESS_REFUSED, f"exchange name '{name}' contains reserved prefix 'amq.*'"
+            )
+        if name == "":
+            raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
+        cls = EXCHANGE_TYPES.get(type_)
+        existing = self.exchanges.get(name)
+        if cls is None:
+            raise ConnectionError_(C.COMMAND_INVALID, f"invalid exchange type '{type_}'")
+        if existing is not None:
+            self._check_equivalent_exchange(existing, type_, durable, auto_delete, internal,
+                                            arguments)
+            return existing
+        exchange = cls(name, durable, auto_delete, internal, arguments)
+        self.exchanges[name] = exchange
+        return exchange
+
+    def _check_equivalent_exchange(
+        self, existing: Exchange, type_: str, durable: bool, auto_delete: bool,
+        internal: bool, arguments: dict[str, Any],
+    ) -> None:
+        what = f"for exchange '{existing.name}' {self._where()}"
+        if existing.type_name != type_:
+            raise ChannelError(
+                C.PRECONDITION_FAILED,
+                f"inequivalent arg 'type' {what}: received '{type_}' but current is "
+                f"'{existing.type_name}'",
+            )
+        for field, new, old in (
+            ("durable", durable, existing.durable),
+            ("auto_delete", auto_delete, existing.auto_delete),
+            ("internal", internal, existing.internal),
+        ):
+            if new != old:
+                raise ChannelError(
+                    C.PRECONDITION_FAILED,
+                    f"inequivalent arg '{field}' {what}: received '{_bool(new)}' but current is "
+                    f"'{_bool(old)}'",
+                )
+        self._check_equivalent_args(existing.arguments, arguments, what, ("alternate-exchange",))
+
+    def _check_equivalent_args(
+        self, old: dict[str, Any], new: dict[str, Any], what: str, keys: tuple[str, ...] | None
+    ) -> None:
+        names = set(old) | set(new) if keys is None else keys
+        for key in sorted(names):
+            if old.get(key) != new.get(key):
+                raise ChannelError(
+                    C.PRECONDITION_FAILED,
+                    f"inequivalent arg '{key}' {what}: received {_describe(new.get(key))} "
+                    f"but current is {_describe(old.get(key))}",
+                )
+
+    def delete_exchange(self, name: str, if_unused: bool) -> None:
+        if name == "" or name.startswith("amq."):
+            raise ChannelError(C.ACCESS_REFUSED, _reserved_text(name))
+        exchange = self.exchanges.get(name)
+        if exchange is None:
+            return  # deleting what is not there is fine, as in RabbitMQ 3.x
+        if if_unused and exchange.bindings:
+            raise ChannelError(
+                C.PRECONDITION_FAILED, f"exchange '{name}' {self._where()} in use"
+            )
+        self._remove_exchange(exchange)
+
+    def _remove_exchange(self, exchange: Exchange) -> None:
+        del self.exchanges[exchange.name]
+        for binding in list(exchange.bindings.values()):
+            self._drop_binding(binding)
+        for binding in list(exchange.bound_from.values()):
+            self._drop_binding(binding)
+
+    # -- queues -----------------------------------------------------------------
+
+    def declare_queue(
+        self, name: str, connection: object, *, passive: bool, durable: bool,
+        exclusive: bool, auto_delete: bool, arguments: dict[str, Any],
+    ) -> Queue:
+        if passive:
+            return self.get_queue(name, connection)
+        if name == "":
+            name = "amq.gen-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode()[:22]
+        elif name.startswith("amq."):
+            raise ChannelError(
+                C.ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
+            )
+        existing = self.queues.get(name)
+        if existing is not None:
+            self.check_exclusive(existing, connection)
+            if existing.exclusive != exclusive:
+                # RabbitMQ reports a lock, not an inequivalence, for a changed exclusive flag.
+                raise ChannelError(
+                    C.RESOURCE_LOCKED,
+                    f"cannot obtain exclusive access to locked queue '{name}' {self._where()}. "
+                    "It could be originally declared on another connection or the exclusive "
+                    "property value does not match that of the original declaration.",
+                )
+            what = f"for queue '{name}' {self._where()}"
+            for field, new, old in (
+                ("durable", durable, existing.durable),
+                ("auto_delete", auto_delete, existing.auto_delete),
+            ):
+                if new != old:
+                    raise ChannelError(
+                        C.PRECONDITION_FAILED,
+                        f"inequivalent arg '{field}' {what}: received '{_bool(new)}' but current "
+                        f"is '{_bool(old)}'",
+                    )
+            self._check_equivalent_args(existing.arguments, arguments, what, None)
+            return existing
+        queue = Queue(
+            name, self.name, self.scheduler, durable=durable,
+            exclusive_owner=connection if exclusive else None, auto_delete=auto_delete,
+            arguments=arguments,
+        )
+        queue.on_unused = self._auto_delete_queue
+        self.queues[name] = queue
+        return queue
+
+    def _auto_delete_queue(self, queue: Queue) -> None:
+        if self.queues.get(queue.name) is queue:
+            self.remove_queue(queue)
+
+    def delete_queue(self, queue: Queue, if_unused: bool, if_empty: bool) -> int:
+        if if_unused and queue.consumers:
+            raise ChannelError(
+                C.PRECONDITION_FAILED, f"queue '{queue.name}' {self._where()} in use"
+            )
+        if if_empty and queue.message_count:
+            raise ChannelError(
+                C.PRECONDITION_FAILED, f"queue '{queue.name}' {self._where()} not empty"
+            )
+        return self.remove_queue(queue)
+
+    def remove_queue(self, queue: Queue) -> int:
+        """Delete a queue for any reason: its consumers are cancelled, bindings dropped."""
+        count = queue.message_count
+        if self.queues.get(queue.name) is queue:
+            del self.queues[queue.name]
+        queue.deleted = True
+        for binding in list(queue.bindings.values()):
+            self._drop_binding(binding)
+        queue.purge()
+        if self.on_queue_deleted is not None:
+            self.on_queue_deleted(queue)
+        queue.consumers.clear()
+        return count
+
+    # -- bindings ---------------------------------------------------------------
+
+    def bind(
+        self, source_name: str, destination: Destination, routing_key: str,
+        arguments: dict[str, Any],
+    ) -> None:
+        if source_name == "":
+            raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
+        source = self.get_exchange(source_name)
+        if destination is self.default_exchange:
+            raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
+        binding = Binding(source, destination, routing_key, arguments)
+        if source.bind(binding):
+            back_key = binding.key + (id(source),)
+            if isinstance(destination, Queue):
+                destination.bindings[back_key] = binding
+            else:
+                destination.bound_from[back_key] = binding
+
+    def unbind(
+        self, source_name: str, destination: Destination, routing_key: str,
+        arguments: dict[str, Any],
+    ) -> None:
+        if source_name == "":
+            raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
+        source = self.get_exchange(source_name)
+        binding = Binding(source, destination, routing_key, arguments)
+        existing = source.bindings.get(binding.key)
+        if existing is not None:
+            self._drop_binding(existing)
+
+    def _drop_binding(self, binding: Binding) -> None:
+        source, destination = binding.source, binding.destination
+        source.unbind(binding.key)
+        back_key = binding.key + (id(source),)
+        if isinstance(destination, Queue):
+            destination.bindings.pop(back_key, None)
+        else:
+            destination.bound_from.pop(back_key, None)
+        if source.auto_delete and not source.bindings and self.exchanges.get(source.name) is source:
+            self._remove_exchange(source)
+
+    # -- routing ----------------------------------------------------------------
+
+    def route(self, exchange: Exchange, routing_key: str, headers: dict[str, Any]) -> list[Queue]:
+        """Every queue a message reaches, each once, following e2e bindings and AEs."""
+        queues: dict[int, Queue] = {}
+        visited: set[int] = set()
+        pending: list[Exchange] = [exchange]
+        while pending:
+            current = pending.pop()
+            if id(current) in visited:
+                continue
+            visited.add(id(current))
+            destinations = current.route(routing_key, headers)
+            routed = False
+            for destination in destinations:
+                routed = True
+                if isinstance(destination, Queue):
+                    queues[id(destination)] = destination
+                else:
+                    pending.append(destination)
+            if not routed:
+                alternate = current.alternate_exchange
+                if alternate is not None and alternate in self.exchanges:
+                    pending.append(self.exchanges[alternate])
+        return list(queues.values())
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "none"
+    if isinstance(value, bool):
+        return f"the value '{_bool(value)}' of type 'bool'"
+    if isinstance(value, int):
+        return f"the value '{value}' of type 'long'"
+    if isinstance(value, str | bytes):
+        return f"the value '{value}' of type 'longstr'"
+    return f"the value '{value}'"
+
+
+def _reserved_text(name: str) -> str:
+    if name == "":
+        return "operation not permitted on the default exchange"
+    return f"exchange name '{name}' contains reserved prefix 'amq.*'"

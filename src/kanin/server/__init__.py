@@ -1,0 +1,1 @@
+"""The asyncio edge: listener, per-connection protocol, handshake, heartbeats."""

@@ -1,0 +1,62 @@
+"""The broker process: listeners on the AMQP port and an orderly shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+
+from kanin.config import BrokerConfig
+from kanin.core.broker import Broker
+from kanin.server.connection import AMQPConnection
+
+log = logging.getLogger(__name__)
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker: Broker | None = None
+        self.connections: set[AMQPConnection] = set()
+        self._servers: list[asyncio.Server] = []
+
+    async def start(self) -> list[tuple[str, int]]:
+        """Listen; return the (host, port) of every listening socket."""
+        loop = asyncio.get_running_loop()
+        self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        self.broker = Broker(self.config, loop)
+        broker = self.broker
+        server = await loop.create_server(
+            lambda: AMQPConnection(broker, self.connections),
+            host=self.config.bind,
+            port=self.config.port,
+            reuse_address=True,
+            backlog=1024,
+        )
+        self._servers.append(server)
+        addresses = [_address(sock) for sock in server.sockets]
+        for host, port in addresses:
+            log.info("kanin listening for AMQP on %s port %d", host, port)
+        return addresses
+
+    async def stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        for connection in list(self.connections):
+            connection.close_forced("broker shutdown")
+        for server in self._servers:
+            await server.wait_closed() if not self.connections else None
+        # Give peers a moment to answer close-ok; connections abort themselves after that.
+        for _ in range(50):
+            if not self.connections:
+                break
+            await asyncio.sleep(0.02)
+        for connection in list(self.connections):
+            if connection.transport is not None:
+                connection.transport.abort()
+        self._servers.clear()
+
+
+def _address(sock: socket.socket) -> tuple[str, int]:
+    name = sock.getsockname()
+    return str(name[0]), int(name[1])

@@ -1,0 +1,440 @@
+"""One AMQP connection: an asyncio Protocol that feeds the codec and the channels.
+
+Rules of this file:
+- States go HEADER -> START_OK -> TUNE_OK -> OPEN_WAIT -> OPEN -> CLOSING -> CLOSED.
+  Before OPEN only the handshake methods are accepted; in CLOSING (we sent
+  connection.close) everything but close / close-ok is dropped, as the spec asks.
+- Reads are processed a whole data_received at a time; everything written meanwhile
+  is buffered and written once at the end of the event-loop turn, after the channels
+  have coalesced their publisher confirms.
+- An AMQPError from the codec or a channel becomes channel.close or connection.close;
+  any other exception is a bug: it is logged and the connection closed with 541,
+  and no other connection notices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from typing import TYPE_CHECKING, Any, cast
+
+from pamqp import commands
+
+from kanin.amqp import constants as C
+from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
+from kanin.amqp.frames import BodyFrame, FrameReader, HeaderFrame, HeartbeatFrame, MethodFrame
+from kanin.amqp.methods import class_and_method, encode_heartbeat, encode_method
+from kanin.core.channel import Channel
+from kanin.server import handshake
+
+if TYPE_CHECKING:
+    from kanin.core.auth import User
+    from kanin.core.broker import Broker
+    from kanin.core.vhost import VirtualHost
+
+log = logging.getLogger(__name__)
+
+# A peer that sent connection.close-ok never gets longer than this to go away.
+CLOSE_TIMEOUT_S = 3.0
+WRITE_BUFFER_HIGH = 4 * 1024 * 1024
+WRITE_BUFFER_LOW = 1 * 1024 * 1024
+
+
+class State(enum.Enum):
+    HEADER = 1
+    START_OK = 2
+    TUNE_OK = 3
+    OPEN_WAIT = 4
+    OPEN = 5
+    CLOSING = 6
+    CLOSED = 7
+
+
+class AMQPConnection(asyncio.Protocol):
+    def __init__(self, broker: Broker, registry: set[AMQPConnection]) -> None:
+        self.broker = broker
+        self.config = broker.config
+        self.loop = asyncio.get_running_loop()
+        self._registry = registry
+        self.state = State.HEADER
+        self.transport: asyncio.Transport | None = None
+        self.peer: tuple[Any, ...] = ("?", 0)
+        self._header = b""
+        self.reader = FrameReader(C.FRAME_MIN_SIZE)
+        self.channels: dict[int, Channel] = {}
+        self.channel_max = self.config.channel_max
+        self.frame_max = C.FRAME_MIN_SIZE
+        self.heartbeat_s = 0
+        self.client_properties: dict[str, Any] = {}
+        self.client_capabilities: dict[str, Any] = {}
+        self.mechanism = ""
+        self.user: User
+        self.vhost: VirtualHost
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self._dirty_channels: dict[int, Channel] = {}
+        self._writable = True
+        self._bytes_in = 0
+        self._bytes_out = 0
+        self._timers: list[asyncio.TimerHandle] = []
+
+    # -- asyncio.Protocol ------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports are not asyncio.Transport subclasses, but behave as one.
+        self.transport = cast(asyncio.Transport, transport)
+        transport = self.transport
+        self.peer = transport.get_extra_info("peername") or ("?", 0)
+        transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
+        self._registry.add(self)
+        self._timers.append(
+            self.loop.call_later(self.config.handshake_timeout_s, self._handshake_timeout)
+        )
+
+    def data_received(self, data: bytes) -> None:
+        self._bytes_in += len(data)
+        try:
+            if self.state is State.HEADER:
+                data = self._read_protocol_header(data)
+                if not data:
+                    return
+            for frame in self.reader.feed(data):
+                self._on_frame(frame)
+                if self.state is State.CLOSED:
+                    return
+        except ConnectionError_ as exc:
+            self.fail(exc)
+        except AMQPError as exc:  # a channel-level code raised where no channel applies
+            self.fail(ConnectionError_(exc.reply_code, exc.reply_text.split(" - ", 1)[-1],
+                                       exc.class_id, exc.method_id))
+        except Exception:
+            log.exception("internal error on connection from %s", self.peer)
+            self.fail(ConnectionError_(C.INTERNAL_ERROR, "internal error"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.state = State.CLOSED
+        self._registry.discard(self)
+        for timer in self._timers:
+            timer.cancel()
+        for channel in self.channels.values():
+            channel.shutdown()
+        self.channels.clear()
+        self._out.clear()
+        for queue in list(self._exclusive_queues()):
+            queue_vhost = self.broker.vhosts.get(queue.vhost)
+            if queue_vhost is not None:
+                queue_vhost.remove_queue(queue)
+
+    def pause_writing(self) -> None:
+        self._writable = False
+
+    def resume_writing(self) -> None:
+        self._writable = True
+        for channel in self.channels.values():
+            for consumer in channel.consumers.values():
+                consumer.queue.schedule_dispatch()
+
+    # -- ConnectionPort ---------------------------------------------------------------
+
+    @property
+    def writable(self) -> bool:
+        return self._writable
+
+    def send(self, data: bytes) -> None:
+        if self.state is State.CLOSED:
+            return
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def send_parts(self, parts: list[bytes]) -> None:
+        if self.state is State.CLOSED:
+            return
+        self._out.extend(parts)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def request_flush(self, channel: Channel) -> None:
+        self._dirty_channels[channel.id] = channel
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._dirty_channels:
+            dirty, self._dirty_channels = self._dirty_channels, {}
+            for channel in dirty.values():
+                channel.flush()
+        if self._out and self.transport is not None and self.state is not State.CLOSED:
+            data = b"".join(self._out)
+            self._out.clear()
+            self._bytes_out += len(data)
+            self.transport.write(data)
+
+    # -- handshake -----------------------------------------------------------------------
+
+    def _read_protocol_header(self, data: bytes) -> bytes:
+        needed = 8 - len(self._header)
+        self._header += data[:needed]
+        rest = data[needed:]
+        if len(self._header) < 8:
+            if not C.PROTOCOL_HEADER.startswith(self._header):
+                self._refuse_header()
+            return b""
+        if self._header != C.PROTOCOL_HEADER:
+            self._refuse_header()
+            return b""
+        self.state = State.START_OK
+        self.send(encode_method(0, handshake.connection_start()))
+        return rest
+
+    def _refuse_header(self) -> None:
+        # The spec's answer to a protocol we do not speak: our header, then close.
+        assert self.transport is not None
+        self.transport.write(C.PROTOCOL_HEADER)
+        self.state = State.CLOSED
+        self.transport.close()
+
+    def _handshake_timeout(self) -> None:
+        if self.state not in (State.OPEN, State.CLOSED) and self.transport is not None:
+            log.warning("closing connection from %s: handshake timed out", self.peer)
+            self.state = State.CLOSED
+            self.transport.close()
+
+    def _on_handshake(self, method: Any) -> None:
+        if self.state is State.START_OK and isinstance(method, commands.Connection.StartOk):
+            self._on_start_ok(method)
+        elif self.state is State.TUNE_OK and isinstance(method, commands.Connection.TuneOk):
+            self._on_tune_ok(method)
+        elif self.state is State.OPEN_WAIT and isinstance(method, commands.Connection.Open):
+            self._on_open(method)
+        else:
+            raise ConnectionError_(
+                C.COMMAND_INVALID, f"unexpected method {method.name} during connection handshake",
+                *class_and_method(method.index),
+            )
+
+    def _on_start_ok(self, method: commands.Connection.StartOk) -> None:
+        self.client_properties = method.client_properties or {}
+        self.client_capabilities = handshake.client_capabilities(self.client_properties)
+        self.mechanism = method.mechanism
+        username, password = handshake.parse_credentials(method.mechanism, method.response)
+        user = self.broker.users.authenticate(username, password)
+        if user is None:
+            log.warning("login refused for user %r from %s: bad credentials", username, self.peer)
+            raise handshake.login_refused(method.mechanism)
+        if user.name in self.config.loopback_users and not self._from_loopback():
+            log.warning("user %r may only connect from loopback, not %s", user.name, self.peer)
+            raise handshake.login_refused(method.mechanism)
+        self.user = user
+        self.state = State.TUNE_OK
+        self.send(
+            encode_method(
+                0,
+                commands.Connection.Tune(
+                    channel_max=self.config.channel_max, frame_max=self.config.frame_max,
+                    heartbeat=self.config.heartbeat_s,
+                ),
+            )
+        )
+
+    def _from_loopback(self) -> bool:
+        host = str(self.peer[0])
+        return host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1") or (
+            host.startswith("::ffff:127.")
+        )
+
+    def _on_tune_ok(self, method: commands.Connection.TuneOk) -> None:
+        self.channel_max, self.frame_max, self.heartbeat_s = handshake.negotiate_tune(
+            self.config, method
+        )
+        self.reader.frame_max = self.frame_max
+        self.state = State.OPEN_WAIT
+        if self.heartbeat_s:
+            self._last_heard = self.loop.time()
+            self._schedule_heartbeat()
+
+    def _on_open(self, method: commands.Connection.Open) -> None:
+        vhost = self.broker.vhosts.get(method.virtual_host)
+        if vhost is None:
+            raise ConnectionError_(C.NOT_ALLOWED, f"vhost {method.virtual_host} not found")
+        if vhost.name not in self.user.permissions:
+            raise ConnectionError_(
+                C.NOT_ALLOWED,
+                f"access to vhost '{vhost.name}' refused for user '{self.user.name}'",
+            )
+        self.vhost = vhost
+        self.state = State.OPEN
+        self.send(encode_method(0, commands.Connection.OpenOk()))
+
+    # -- heartbeats ----------------------------------------------------------------------
+
+    def _schedule_heartbeat(self) -> None:
+        self._sent_at_tick = self._bytes_out
+        self._heard_at_tick = self._bytes_in
+        interval = self.heartbeat_s / 2
+        self._timers = [t for t in self._timers if not t.cancelled()]
+        self._timers.append(self.loop.call_later(interval, self._heartbeat_tick))
+
+    def _heartbeat_tick(self) -> None:
+        if self.state is State.CLOSED or self.transport is None:
+            return
+        now = self.loop.time()
+        if self._bytes_in != self._heard_at_tick:
+            self._last_heard = now
+        if now - self._last_heard >= 2 * self.heartbeat_s:
+            log.warning(
+                "missed heartbeats from %s, timeout: %ss; closing", self.peer, self.heartbeat_s
+            )
+            self.state = State.CLOSED
+            self.transport.abort()
+            return
+        if self._bytes_out == self._sent_at_tick and not self._out:
+            self.send(encode_heartbeat())
+        self._schedule_heartbeat()
+
+    # -- frames --------------------------------------------------------------------------
+
+    def _on_frame(self, frame: MethodFrame | HeaderFrame | BodyFrame | HeartbeatFrame) -> None:
+        if isinstance(frame, HeartbeatFrame):
+            return
+        if self.state is State.CLOSING:
+            self._on_frame_while_closing(frame)
+            return
+        if self.state is not State.OPEN:
+            if not isinstance(frame, MethodFrame) or frame.channel != 0:
+                raise ConnectionError_(
+                    C.UNEXPECTED_FRAME, "expected a connection method during the handshake"
+                )
+            self._on_handshake(frame.method)
+            return
+        if frame.channel == 0:
+            self._on_channel_zero(frame)
+            return
+        channel = self.channels.get(frame.channel)
+        if isinstance(frame, MethodFrame):
+            self._on_channel_method(frame.channel, channel, frame.method)
+        elif channel is None:
+            raise ConnectionError_(C.CHANNEL_ERROR, f"expected 'channel.open' on {frame.channel}")
+        else:
+            try:
+                if isinstance(frame, HeaderFrame):
+                    channel.handle_header(frame)
+                else:
+                    channel.handle_body(frame)
+            except ChannelError as exc:
+                channel.fail(exc)
+
+    def _on_channel_zero(self, frame: MethodFrame | HeaderFrame | BodyFrame) -> None:
+        if not isinstance(frame, MethodFrame):
+            raise ConnectionError_(C.UNEXPECTED_FRAME, "content frame on channel 0")
+        method = frame.method
+        if isinstance(method, commands.Connection.Close):
+            self._close_requested()
+        elif isinstance(method, commands.Connection.UpdateSecret):
+            self.send(encode_method(0, commands.Connection.UpdateSecretOk()))
+        else:
+            raise ConnectionError_(
+                C.COMMAND_INVALID, f"unexpected method {method.name} on channel 0",
+                *class_and_method(method.index),
+            )
+
+    def _on_channel_method(self, number: int, channel: Channel | None, method: Any) -> None:
+        if isinstance(method, commands.Channel.Open):
+            self._open_channel(number, channel)
+            return
+        if channel is None:
+            raise ConnectionError_(
+                C.CHANNEL_ERROR, f"expected 'channel.open' on {number}",
+                *class_and_method(method.index),
+            )
+        if isinstance(method, commands.Channel.Close):
+            channel.shutdown()
+            del self.channels[number]
+            self.send(encode_method(number, commands.Channel.CloseOk()))
+            return
+        if isinstance(method, commands.Channel.CloseOk):
+            if channel.closing:
+                del self.channels[number]
+            return
+        try:
+            channel.handle_method(method)
+        except ChannelError as exc:
+            channel.fail(exc)
+
+    def _open_channel(self, number: int, channel: Channel | None) -> None:
+        if channel is not None:
+            raise ConnectionError_(C.CHANNEL_ERROR, "second 'channel.open' seen", 20, 10)
+        if self.channel_max and number > self.channel_max:
+            raise ConnectionError_(
+                C.NOT_ALLOWED, f"channel number {number} exceeds negotiated channel_max "
+                f"{self.channel_max}", 20, 10,
+            )
+        self.channels[number] = Channel(number, self)
+        self.send(encode_method(number, commands.Channel.OpenOk()))
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def _close_requested(self) -> None:
+        self._shutdown_channels()
+        self.send(encode_method(0, commands.Connection.CloseOk()))
+        self._flush()
+        self.state = State.CLOSED
+        if self.transport is not None:
+            self.transport.close()
+
+    def _on_frame_while_closing(self, frame: Any) -> None:
+        if not isinstance(frame, MethodFrame) or frame.channel != 0:
+            return
+        if isinstance(frame.method, commands.Connection.CloseOk | commands.Connection.Close):
+            if isinstance(frame.method, commands.Connection.Close):
+                self.send(encode_method(0, commands.Connection.CloseOk()))
+                self._flush()
+            self.state = State.CLOSED
+            if self.transport is not None:
+                self.transport.close()
+
+    def fail(self, exc: AMQPError) -> None:
+        """A connection error: send connection.close and wait (bounded) for close-ok."""
+        if self.state in (State.CLOSING, State.CLOSED):
+            return
+        log.info("closing connection from %s: %s", self.peer, exc.reply_text)
+        self._shutdown_channels()
+        self._out.clear()
+        self.send(
+            encode_method(
+                0,
+                commands.Connection.Close(
+                    reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
+                    class_id=exc.class_id, method_id=exc.method_id,
+                ),
+            )
+        )
+        self._flush()
+        self.state = State.CLOSING
+        self._timers.append(self.loop.call_later(CLOSE_TIMEOUT_S, self._abort))
+
+    def close_forced(self, text: str) -> None:
+        """Close from the broker side (shutdown, management): 320 CONNECTION_FORCED."""
+        self.fail(ConnectionError_(C.CONNECTION_FORCED, text))
+
+    def _abort(self) -> None:
+        if self.transport is not None and self.state is not State.CLOSED:
+            self.state = State.CLOSED
+            self.transport.abort()
+
+    def _shutdown_channels(self) -> None:
+        for channel in self.channels.values():
+            channel.shutdown()
+        self.channels.clear()
+        self._dirty_channels.clear()
+
+    def _exclusive_queues(self) -> list[Any]:
+        return [
+            queue for vhost in self.broker.vhosts.values() for queue in vhost.queues.values()
+            if queue.exclusive_owner is self
+        ]

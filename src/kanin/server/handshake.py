@@ -1,0 +1,104 @@
+"""Connection negotiation rules: server properties, SASL, tune limits. Pure functions."""
+
+from __future__ import annotations
+
+import platform
+import struct
+from typing import Any
+
+from pamqp import commands, decode
+
+from kanin import __version__
+from kanin.amqp import constants as C
+from kanin.amqp.errors import AMQPError, ConnectionError_
+from kanin.config import BrokerConfig
+
+MECHANISMS = "PLAIN AMQPLAIN"
+
+CAPABILITIES = {
+    "publisher_confirms": True,
+    "exchange_exchange_bindings": True,
+    "basic.nack": True,
+    "consumer_cancel_notify": True,
+    "connection.blocked": True,
+    "consumer_priorities": True,
+    "authentication_failure_close": True,
+    "per_consumer_qos": True,
+    "direct_reply_to": True,
+}
+
+
+def connection_start() -> commands.Connection.Start:
+    return commands.Connection.Start(
+        version_major=0,
+        version_minor=9,
+        server_properties={
+            "capabilities": CAPABILITIES,
+            "cluster_name": f"kanin@{platform.node()}",
+            "product": "kanin",
+            "version": __version__,
+            "platform": f"Python {platform.python_version()}",
+            "copyright": "The kanin authors",
+            "information": "Licensed under the Apache License 2.0",
+        },
+        mechanisms=MECHANISMS,
+        locales="en_US",
+    )
+
+
+def parse_credentials(mechanism: str, response: str | bytes) -> tuple[str, str]:
+    """(username, password) from a SASL response, or a 403/503 AMQPError."""
+    raw = response.encode() if isinstance(response, str) else response
+    if mechanism == "PLAIN":
+        parts = raw.split(b"\x00")
+        if len(parts) != 3:
+            raise ConnectionError_(C.ACCESS_REFUSED, "Invalid PLAIN authentication response")
+        return parts[1].decode("utf-8", "replace"), parts[2].decode("utf-8", "replace")
+    if mechanism == "AMQPLAIN":
+        # AMQPLAIN sends a field table without its 4-byte length prefix.
+        try:
+            _, table = decode.field_table(struct.pack(">I", len(raw)) + raw)
+        except Exception as exc:  # pamqp raises several kinds on bad input
+            raise ConnectionError_(C.ACCESS_REFUSED, "Invalid AMQPLAIN response") from exc
+        login, password = table.get("LOGIN"), table.get("PASSWORD")
+        if not isinstance(login, str | bytes) or not isinstance(password, str | bytes):
+            raise ConnectionError_(C.ACCESS_REFUSED, "AMQPLAIN response lacks LOGIN or PASSWORD")
+        return _text(login), _text(password)
+    raise ConnectionError_(
+        C.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'"
+    )
+
+
+def _text(value: str | bytes) -> str:
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")
+
+
+def login_refused(mechanism: str) -> AMQPError:
+    return ConnectionError_(
+        C.ACCESS_REFUSED,
+        f"Login was refused using authentication mechanism {mechanism}. "
+        "For details see the broker logfile.",
+    )
+
+
+def negotiate_tune(config: BrokerConfig, ok: commands.Connection.TuneOk) -> tuple[int, int, int]:
+    """(channel_max, frame_max, heartbeat) agreed from the client's tune-ok."""
+    channel_max = ok.channel_max or config.channel_max
+    if config.channel_max and channel_max > config.channel_max:
+        raise ConnectionError_(
+            C.NOT_ALLOWED, f"negotiated channel_max = {channel_max} is higher than the maximum "
+            f"allowed value ({config.channel_max})",
+        )
+    frame_max = ok.frame_max or config.frame_max
+    if config.frame_max and frame_max > config.frame_max:
+        raise ConnectionError_(
+            C.NOT_ALLOWED, f"frame_max={frame_max} > {config.frame_max} max size"
+        )
+    if frame_max and frame_max < C.FRAME_MIN_SIZE:
+        raise ConnectionError_(C.NOT_ALLOWED, f"frame_max={frame_max} < {C.FRAME_MIN_SIZE} min size")
+    return channel_max, frame_max, ok.heartbeat
+
+
+def client_capabilities(client_properties: dict[str, Any] | None) -> dict[str, Any]:
+    capabilities = (client_properties or {}).get("capabilities")
+    return capabilities if isinstance(capabilities, dict) else {}

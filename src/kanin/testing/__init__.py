@@ -1,0 +1,1 @@
+"""Test helpers shipped with kanin: an embedded broker on a background thread."""

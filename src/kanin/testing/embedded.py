@@ -1,0 +1,72 @@
+"""Run a real kanin broker on a background thread, for tests and examples.
+
+Blocking clients such as pika need the broker on another thread than their own;
+the broker gets its own event loop there and listens on 127.0.0.1, port 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TypeVar
+
+from kanin.config import BrokerConfig
+from kanin.server.app import BrokerServer
+
+T = TypeVar("T")
+
+
+@dataclass
+class EmbeddedBroker:
+    host: str
+    port: int
+    server: BrokerServer
+    loop: asyncio.AbstractEventLoop
+
+    @property
+    def url(self) -> str:
+        return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run fn on the broker's loop and return its result (for introspection)."""
+        future: asyncio.Future[T] = asyncio.run_coroutine_threadsafe(_call(fn), self.loop)  # type: ignore[assignment]
+        return future.result(timeout=10)
+
+
+async def _call(fn: Callable[[], T]) -> T:
+    return fn()
+
+
+@contextmanager
+def running_broker(
+    config: BrokerConfig | None = None, data_dir: Path | None = None
+) -> Iterator[EmbeddedBroker]:
+    config = config or BrokerConfig()
+    config = replace(config, port=0, bind="127.0.0.1")
+    if data_dir is not None:
+        config = replace(config, data_dir=data_dir)
+    loop = asyncio.new_event_loop()
+    server = BrokerServer(config)
+    started = threading.Event()
+    thread = threading.Thread(target=_run_loop, args=(loop, started), daemon=True)
+    thread.start()
+    started.wait()
+    try:
+        addresses = asyncio.run_coroutine_threadsafe(server.start(), loop).result(timeout=10)
+        host, port = addresses[0]
+        yield EmbeddedBroker(host, port, server, loop)
+    finally:
+        asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+
+
+def _run_loop(loop: asyncio.AbstractEventLoop, started: threading.Event) -> None:
+    asyncio.set_event_loop(loop)
+    loop.call_soon(started.set)
+    loop.run_forever()

@@ -1,0 +1,79 @@
+"""Shared fixtures: a real kanin broker per test on 127.0.0.1, port 0.
+
+Set KANIN_TEST_AMQP_URL (e.g. amqp://guest:guest@127.0.0.1:5672/%2F) to run the
+same tests against another broker, such as RabbitMQ, to check that kanin behaves
+alike; tests marked kanin_only are skipped then. The suite never needs RabbitMQ.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
+
+import pytest
+
+from kanin.config import BrokerConfig
+
+if TYPE_CHECKING:
+    from kanin.testing.embedded import EmbeddedBroker
+
+EXTERNAL_URL = os.environ.get("KANIN_TEST_AMQP_URL")
+
+
+@dataclass
+class BrokerEndpoint:
+    host: str
+    port: int
+    url: str
+    embedded: "EmbeddedBroker | None"  # None when the suite runs against an external broker
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not EXTERNAL_URL:
+        return
+    skip = pytest.mark.skip(reason="kanin-only test; suite runs against an external broker")
+    for item in items:
+        if "kanin_only" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def broker() -> Iterator[BrokerEndpoint]:
+    """A broker to talk to: a fresh embedded kanin, or the external one."""
+    if EXTERNAL_URL:
+        parsed = urlparse(EXTERNAL_URL)
+        yield BrokerEndpoint(parsed.hostname or "127.0.0.1", parsed.port or 5672, EXTERNAL_URL, None)
+        return
+    from kanin.testing.embedded import running_broker
+
+    with running_broker() as embedded:
+        yield BrokerEndpoint(embedded.host, embedded.port, embedded.url, embedded)
+
+
+@pytest.fixture
+def broker_factory() -> Callable[..., AbstractContextManager["EmbeddedBroker"]]:
+    """Start a kanin broker with custom configuration: `with broker_factory(heartbeat_s=1) as b:`."""
+
+    from kanin.testing.embedded import running_broker
+
+    def factory(**overrides: Any) -> AbstractContextManager["EmbeddedBroker"]:
+        return running_broker(BrokerConfig(**overrides))
+
+    return factory
+
+
+@pytest.fixture
+def unique() -> Callable[[str], str]:
+    """Names unique to this test, so tests can share one external broker."""
+
+    token = uuid.uuid4().hex[:10]
+
+    def make(prefix: str) -> str:
+        return f"test.{prefix}.{token}"
+
+    return make
