@@ -214,6 +214,26 @@ class RawClient:
             self._buffer = b""
         return True
 
+    def frames_until_closed(
+        self, timeout: float = DEFAULT_TIMEOUT, answer_close: bool = True
+    ) -> list[AnyFrame] | None:
+        """Every frame (heartbeats included) until the server closes the socket, or
+        None if it is still open after `timeout`. connection.close is answered with
+        close-ok unless answer_close=False."""
+        deadline = time.monotonic() + timeout
+        seen: list[AnyFrame] = []
+        while True:
+            try:
+                _, value = self.read_frame(deadline - time.monotonic(), skip_heartbeats=False)
+            except ConnectionClosedError:
+                return seen
+            except TimeoutError:
+                return None
+            seen.append(value)
+            if answer_close and isinstance(value, commands.Connection.Close):
+                with contextlib.suppress(OSError):
+                    self.send_method(0, commands.Connection.CloseOk())
+
     def expect_connection_close(
         self, timeout: float = DEFAULT_TIMEOUT
     ) -> commands.Connection.Close:

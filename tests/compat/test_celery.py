@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -16,6 +17,7 @@ import pika
 import pytest
 from celery import Celery
 from celery.contrib.testing.worker import start_worker
+from celery.worker import state as worker_state
 
 pytestmark = pytest.mark.timeout(45)
 
@@ -47,11 +49,11 @@ def make_app(broker_url: str, queue: str) -> Celery:
         result_expires=60,
     )
 
-    @app.task(name="compat.add")
+    @app.task(name="compat.add", shared=False)
     def add(x: int, y: int) -> int:
         return x + y
 
-    @app.task(name="compat.explode")
+    @app.task(name="compat.explode", shared=False)
     def explode(text: str) -> None:
         raise Boom(text)
 
@@ -65,6 +67,10 @@ def celery_app(broker: Any, unique: Any) -> Iterator[Celery]:
     try:
         yield app
     finally:
+        # Close the connection the rpc backend opened to receive results in this thread.
+        result_consumer = app.backend.result_consumer
+        if getattr(result_consumer, "_connection", None) is not None:
+            result_consumer.stop()
         app.close()
         # The task queue and its exchange are durable: remove them from a shared broker.
         connection = pika.BlockingConnection(pika.URLParameters(broker.url))
@@ -75,10 +81,20 @@ def celery_app(broker: Any, unique: Any) -> Iterator[Celery]:
             connection.close()
 
 
-def run_worker(app: Celery) -> Any:
-    return start_worker(
+@contextmanager
+def run_worker(app: Celery) -> Iterator[Any]:
+    """A real worker on a thread (solo pool), stopped promptly when the block ends."""
+    with start_worker(
         app, pool="solo", perform_ping_check=False, shutdown_timeout=10, loglevel="WARNING"
-    )
+    ) as worker:
+        try:
+            yield worker
+        finally:
+            # start_worker asks the worker to stop by setting this flag, but the worker only
+            # looks at it between polls, which can block for up to 10 s: wake it up now.
+            worker_state.should_terminate = 0
+            if worker.hub is not None:
+                worker.hub.call_soon(lambda: None)
 
 
 def test_celery_task_result_comes_back(celery_app: Celery) -> None:

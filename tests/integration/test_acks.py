@@ -1,4 +1,4 @@
-"""SPEC §3: basic.ack / nack / reject / recover, and requeueing of unacked deliveries.
+"""SPEC §3: basic.ack / nack / reject, multiple, requeue, and unknown or foreign tags.
 
 Expected values were observed against RabbitMQ 3.10 and hard-coded.
 """
@@ -6,17 +6,13 @@ Expected values were observed against RabbitMQ 3.10 and hard-coded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
-from urllib.parse import unquote, urlparse
 
 import aio_pika
 import aiormq.exceptions
-import amqp
 import pika
 import pika.exceptions
 import pytest
@@ -48,39 +44,11 @@ def pika_connect(url: str) -> pika.BlockingConnection:
     return pika.BlockingConnection(params)
 
 
-def amqp_connect(url: str) -> amqp.Connection:
-    u = urlparse(url)
-    conn = amqp.Connection(
-        host=f"{u.hostname}:{u.port or 5672}",
-        userid=unquote(u.username or "guest"),
-        password=unquote(u.password or "guest"),
-        virtual_host=unquote(u.path[1:]) or "/",
-        connect_timeout=5,
-    )
-    conn.connect()
-    return conn
-
-
 @pytest.fixture
 def conn(broker: Endpoint) -> Iterator[pika.BlockingConnection]:
     c = pika_connect(broker.url)
     yield c
     if c.is_open:
-        c.close()
-
-
-@pytest.fixture
-def shared_queue(broker: Endpoint, unique: Unique) -> Iterator[str]:
-    """A plain queue that several connections can use; deleted afterwards."""
-    name = unique("shared")
-    c = pika_connect(broker.url)
-    try:
-        c.channel().queue_declare(name)
-        yield name
-    finally:
-        if not c.is_open:
-            c = pika_connect(broker.url)
-        c.channel().queue_delete(name)
         c.close()
 
 
@@ -363,156 +331,3 @@ def test_nack_tag_zero_with_multiple_requeues_everything(
     assert get_tags(ch, q, 3) == [1, 2, 3]
     ch.basic_nack(0, multiple=True, requeue=True)
     assert drain(ch, q) == [("m1", True), ("m2", True), ("m3", True)]
-
-
-# --- basic.recover ---
-
-
-def test_recover_with_requeue_redelivers_unacked(
-    conn: pika.BlockingConnection, unique: Unique
-) -> None:
-    ch = conn.channel()
-    q = declare(ch, unique("q"))
-    publish(ch, q, "m1", "m2", "m3")
-    got: list[Got] = []
-    ch.basic_consume(q, collect(got, "c"))
-    wait_for(conn, lambda: len(got) == 3)
-    ch.basic_ack(2)
-    ch.basic_recover(requeue=True)
-    wait_for(conn, lambda: len(got) == 5)
-    assert [(g.tag, g.body, g.redelivered) for g in got] == [
-        (1, "m1", False),
-        (2, "m2", False),
-        (3, "m3", False),
-        (4, "m1", True),
-        (5, "m3", True),
-    ]
-
-
-def test_recover_without_requeue_is_540_not_implemented(
-    conn: pika.BlockingConnection, unique: Unique
-) -> None:
-    ch = conn.channel()
-    declare(ch, unique("q"))
-    # RabbitMQ 3.10: requeue=false is refused with a connection error.
-    with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as err:
-        ch.basic_recover(requeue=False)
-    assert (err.value.reply_code, err.value.reply_text) == (540, "NOT_IMPLEMENTED - requeue=false")
-    assert conn.is_closed
-
-
-def drain_amqp(conn: amqp.Connection, cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, "timed out waiting"
-        with contextlib.suppress(TimeoutError):
-            conn.drain_events(timeout=0.05)
-
-
-def test_recover_async(broker: Endpoint, unique: Unique) -> None:
-    conn = amqp_connect(broker.url)
-    ch = conn.channel()
-    q = ch.queue_declare(unique("q"), exclusive=True).queue
-    for body in ("m1", "m2"):
-        ch.basic_publish(amqp.Message(body), routing_key=q)
-    got: list[tuple[int, str, bool]] = []
-
-    def on_message(m: amqp.Message) -> None:
-        got.append((m.delivery_info["delivery_tag"], m.body, m.delivery_info["redelivered"]))
-
-    ch.basic_consume(q, callback=on_message)
-    drain_amqp(conn, lambda: len(got) == 2)
-    ch.basic_recover_async(requeue=True)  # no reply method exists for recover-async
-    drain_amqp(conn, lambda: len(got) == 4)
-    assert got == [(1, "m1", False), (2, "m2", False), (3, "m1", True), (4, "m2", True)]
-    ch.basic_recover_async(requeue=False)
-    with pytest.raises(amqp.exceptions.AMQPNotImplementedError) as err:
-        drain_amqp(conn, lambda: False)
-    assert (err.value.reply_code, err.value.reply_text) == (540, "NOT_IMPLEMENTED - requeue=false")
-
-
-# --- requeue of unacked deliveries when their channel or connection goes away ---
-
-
-@pytest.mark.parametrize("how", ["channel_close", "connection_close", "channel_error"])
-def test_unacked_deliveries_are_requeued_to_another_consumer(
-    broker: Endpoint, shared_queue: str, how: str
-) -> None:
-    victim = pika_connect(broker.url)
-    survivor = pika_connect(broker.url)
-    try:
-        vch = victim.channel()
-        publish(vch, shared_queue, "m1", "m2", "m3")
-        first: list[Got] = []
-        vch.basic_consume(shared_queue, collect(first, "victim"))
-        wait_for(victim, lambda: len(first) == 3)
-        assert [(g.body, g.redelivered) for g in first] == [
-            ("m1", False),
-            ("m2", False),
-            ("m3", False),
-        ]
-        vch.basic_ack(2)
-
-        later: list[Got] = []
-        survivor.channel().basic_consume(shared_queue, collect(later, "survivor"))
-        settle(survivor, 0.2)
-        assert later == []
-
-        if how == "channel_close":
-            vch.close()
-        elif how == "connection_close":
-            victim.close()
-        else:
-            vch.basic_ack(99)
-            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-                vch.queue_declare(shared_queue, passive=True)
-            assert closed_406(err, 99)
-
-        wait_for(survivor, lambda: len(later) == 2)
-        assert [(g.body, g.redelivered) for g in later] == [("m1", True), ("m3", True)]
-    finally:
-        for c in (victim, survivor):
-            if c.is_open:
-                c.close()
-
-
-def test_unacked_deliveries_are_requeued_when_the_tcp_connection_drops(
-    broker: Endpoint, shared_queue: str, conn: pika.BlockingConnection
-) -> None:
-    victim = amqp_connect(broker.url)
-    vch = victim.channel()
-    for body in ("m1", "m2"):
-        vch.basic_publish(amqp.Message(body), routing_key=shared_queue)
-    tags: list[int] = []
-    vch.basic_consume(shared_queue, callback=lambda m: tags.append(m.delivery_tag))
-    drain_amqp(victim, lambda: len(tags) == 2)
-    # No connection.close: the socket just goes away.
-    victim.transport.sock.shutdown(socket.SHUT_RDWR)
-    victim.transport.sock.close()
-
-    later: list[Got] = []
-    conn.channel().basic_consume(shared_queue, collect(later, "survivor"))
-    wait_for(conn, lambda: len(later) == 2)
-    assert [(g.body, g.redelivered) for g in later] == [("m1", True), ("m2", True)]
-
-
-def test_no_ack_deliveries_are_not_requeued_on_close(
-    broker: Endpoint, shared_queue: str, conn: pika.BlockingConnection
-) -> None:
-    victim = pika_connect(broker.url)
-    try:
-        vch, manual = victim.channel(), victim.channel()
-        publish(manual, shared_queue, "manual", "auto1", "auto2")
-        method, _props, body = manual.basic_get(shared_queue)
-        assert (method.delivery_tag, body) == (1, b"manual")
-        auto: list[Got] = []
-        vch.basic_consume(shared_queue, collect(auto, "auto"), auto_ack=True)
-        wait_for(victim, lambda: len(auto) == 2)
-        assert [g.body for g in auto] == ["auto1", "auto2"]
-    finally:
-        victim.close()
-    watcher = conn.channel()
-    # RabbitMQ 3.10: only the manually acknowledged delivery comes back.
-    wait_ready(conn, watcher, shared_queue, 1)
-    settle(conn, 0.2)
-    assert drain(watcher, shared_queue) == [("manual", True)]

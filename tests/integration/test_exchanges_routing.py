@@ -1,4 +1,4 @@
-"""Topic and headers exchange matching, as RabbitMQ 3.10 does it.
+"""Direct, fanout, topic and headers exchange matching, as RabbitMQ 3.10 does it.
 
 Each test binds one queue, publishes a fixed set of messages (the body names the message)
 with publisher confirms, and compares what reached the queue with what RabbitMQ routes.
@@ -36,6 +36,79 @@ def drain(channel: BlockingChannel, queue: str) -> list[str]:
         bodies.append(body.decode())
 
 
+def confirming(conn: BlockingConnection) -> BlockingChannel:
+    """A channel in confirm mode: once basic_publish returns, routing is done."""
+    channel = conn.channel()
+    channel.confirm_delivery()
+    return channel
+
+
+def private_queue(channel: BlockingChannel) -> str:
+    queue = channel.queue_declare("", exclusive=True).method.queue
+    assert isinstance(queue, str)
+    return queue
+
+
+# --- direct and fanout routing --------------------------------------------------------------
+
+
+def test_direct_exchange_routes_by_exact_key(conn: BlockingConnection, unique: Unique) -> None:
+    name = unique("direct")
+    channel = confirming(conn)
+    channel.exchange_declare(name, "direct", auto_delete=True)
+    red, green = private_queue(channel), private_queue(channel)
+    channel.queue_bind(red, name, "red")
+    channel.queue_bind(green, name, "green")
+    channel.queue_bind(green, name, "lime")
+    for key in ["red", "green", "lime", "blue", "Red", "red.x", ""]:
+        channel.basic_publish(name, key, key.encode())
+    assert drain(channel, red) == ["red"]
+    assert drain(channel, green) == ["green", "lime"]
+
+
+def test_fanout_ignores_routing_key(conn: BlockingConnection, unique: Unique) -> None:
+    name = unique("fanout")
+    channel = confirming(conn)
+    channel.exchange_declare(name, "fanout", auto_delete=True)
+    first, second = private_queue(channel), private_queue(channel)
+    channel.queue_bind(first, name, "")
+    channel.queue_bind(second, name, "some-binding-key")
+    channel.basic_publish(name, "anything", b"m1")
+    channel.basic_publish(name, "", b"m2")
+    assert drain(channel, first) == ["m1", "m2"]
+    assert drain(channel, second) == ["m1", "m2"]
+
+
+def test_two_bindings_to_one_queue_deliver_once(conn: BlockingConnection, unique: Unique) -> None:
+    topic, fanout = unique("topic"), unique("fanout")
+    channel = confirming(conn)
+    channel.exchange_declare(topic, "topic", auto_delete=True)
+    channel.exchange_declare(fanout, "fanout", auto_delete=True)
+    queue = private_queue(channel)
+    channel.queue_bind(queue, topic, "a.*")
+    channel.queue_bind(queue, topic, "#")
+    channel.queue_bind(queue, fanout, "x")
+    channel.queue_bind(queue, fanout, "y")
+    channel.basic_publish(topic, "a.b", b"topic")
+    channel.basic_publish(fanout, "", b"fanout")
+    assert drain(channel, queue) == ["topic", "fanout"]
+
+
+def test_identical_binding_is_a_set(conn: BlockingConnection, unique: Unique) -> None:
+    name = unique("direct")
+    channel = confirming(conn)
+    channel.exchange_declare(name, "direct", auto_delete=True)
+    queue, keeper = private_queue(channel), private_queue(channel)
+    channel.queue_bind(keeper, name, "keep")  # keeps the auto-delete exchange alive
+    channel.queue_bind(queue, name, "k")
+    channel.queue_bind(queue, name, "k")
+    channel.basic_publish(name, "k", b"once")
+    assert drain(channel, queue) == ["once"]
+    channel.queue_unbind(queue, name, "k")  # one unbind removes the (single) binding
+    channel.basic_publish(name, "k", b"unbound")
+    assert drain(channel, queue) == []
+
+
 # --- topic ----------------------------------------------------------------------------------
 
 ROUTING_KEYS = [
@@ -66,7 +139,9 @@ TOPIC_CASES: dict[str, list[str]] = {
 }
 
 
-@pytest.mark.parametrize(("pattern", "expected"), TOPIC_CASES.items(), ids=lambda v: repr(v))
+@pytest.mark.parametrize(
+    ("pattern", "expected"), TOPIC_CASES.items(), ids=[repr(p) for p in TOPIC_CASES]
+)
 def test_topic_pattern(
     conn: BlockingConnection, unique: Unique, pattern: str, expected: list[str]
 ) -> None:
@@ -200,9 +275,7 @@ def test_headers_binding(
         ),
     ],
 )
-def test_headers_invalid_x_match(
-    conn: BlockingConnection, unique: Unique, x_match: object, text: str
-) -> None:
+def test_headers_invalid_x_match(conn: BlockingConnection, x_match: object, text: str) -> None:
     channel = conn.channel()
     queue = channel.queue_declare("", exclusive=True).method.queue
     channel = conn.channel()

@@ -174,21 +174,39 @@ async def test_global_prefetch_limits_the_channel_across_consumers(
         assert inbox.empty()
 
 
+def consume_four(ch: BlockingChannel, unique: Unique) -> list[Got]:
+    queues = [filled_queue(ch, unique(f"q{i}"), 3) for i in range(4)]
+    got: list[Got] = []
+    for i, q in enumerate(queues):
+        ch.basic_consume(q, collect(got, f"c{i}"))
+    return got
+
+
 def test_global_and_per_consumer_limits_apply_together(
     conn: pika.BlockingConnection, unique: Unique
 ) -> None:
     ch = conn.channel()
-    queues = [filled_queue(ch, unique(f"q{i}"), 3) for i in range(4)]
-    ch.basic_qos(prefetch_count=3, global_qos=True)
     ch.basic_qos(prefetch_count=1, global_qos=False)
-    got: list[Got] = []
-    for i, q in enumerate(queues):
-        ch.basic_consume(q, collect(got, f"c{i}"))
+    ch.basic_qos(prefetch_count=3, global_qos=True)
+    got = consume_four(ch, unique)
     wait_for(conn, lambda: len(got) == 3)
     settle(conn)
     # Three deliveries for the channel, at most one per consumer.
     assert len(got) == 3
-    assert all(count(got, f"c{i}") <= 1 for i in range(4))
+    assert sorted(count(got, f"c{i}") for i in range(4)) == [0, 1, 1, 1]
+
+
+def test_per_consumer_qos_after_global_qos_lifts_the_channel_limit(
+    conn: pika.BlockingConnection, unique: Unique
+) -> None:
+    ch = conn.channel()
+    ch.basic_qos(prefetch_count=3, global_qos=True)
+    # RabbitMQ 3.10: basic.qos with global=false also removes the channel-wide limit.
+    ch.basic_qos(prefetch_count=1, global_qos=False)
+    got = consume_four(ch, unique)
+    wait_for(conn, lambda: len(got) == 4)
+    settle(conn)
+    assert [count(got, f"c{i}") for i in range(4)] == [1, 1, 1, 1]
 
 
 def test_prefetch_zero_means_no_limit(conn: pika.BlockingConnection, unique: Unique) -> None:
@@ -249,6 +267,27 @@ def test_qos_after_consume_applies_only_to_later_consumers(
     settle(conn)
     # RabbitMQ 3.10: a per-consumer limit is fixed at basic.consume; the early one stays unlimited.
     assert (count(got, "early"), count(got, "late")) == (8, 2)
+
+
+def test_global_qos_after_consume_limits_existing_consumers(
+    conn: pika.BlockingConnection, unique: Unique
+) -> None:
+    ch = conn.channel()
+    q = filled_queue(ch, unique("q"), 6)
+    got: list[Got] = []
+    ch.basic_consume(q, collect(got, "early"))
+    wait_for(conn, lambda: len(got) == 6)
+    # RabbitMQ 3.10: a channel-wide limit covers existing consumers and counts what is unacked.
+    ch.basic_qos(prefetch_count=2, global_qos=True)
+    late_q = filled_queue(ch, unique("late"), 6)
+    ch.basic_publish("", q, b"m7")
+    ch.basic_consume(late_q, collect(got, "late"))
+    settle(conn)
+    assert len(got) == 6
+    ch.basic_ack(5, multiple=True)  # one left unacked: room for one more
+    wait_for(conn, lambda: len(got) == 7)
+    settle(conn)
+    assert len(got) == 7
 
 
 def test_no_ack_consumer_ignores_prefetch(conn: pika.BlockingConnection, unique: Unique) -> None:

@@ -201,7 +201,9 @@ def test_commit_or_rollback_without_select_is_406(conn: BlockingConnection, meth
 
 
 @pytest.mark.parametrize(
-    ("method", "method_id"), [(commands.Tx.Commit(), 20), (commands.Tx.Rollback(), 30)]
+    ("method", "method_id"),
+    [(commands.Tx.Commit(), 20), (commands.Tx.Rollback(), 30)],
+    ids=["commit", "rollback"],
 )
 def test_not_transactional_close_frame(raw: RawClient, method: Any, method_id: int) -> None:
     raw.open_channel(1)

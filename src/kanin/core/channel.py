@@ -152,7 +152,8 @@ class Channel:
 
     def deliver_reply(self, message: Message) -> None:
         """A direct reply-to response: no queue, no ack, straight to the waiting consumer."""
-        tag = self.unacked.next_tag()
+        # RabbitMQ 3.10 stamps a reply with the channel's next tag without using it up.
+        tag = self.unacked.peek_tag()
         method = commands.Basic.Deliver(
             consumer_tag=self.reply_consumer_tag, delivery_tag=tag, redelivered=False,
             exchange=message.exchange, routing_key=message.routing_key,

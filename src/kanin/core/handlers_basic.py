@@ -35,7 +35,9 @@ def basic_qos(channel: Channel, method: commands.Basic.Qos) -> None:
         for consumer in channel.consumers.values():
             consumer.queue.schedule_dispatch()
     else:
+        # RabbitMQ 3.10: a per-consumer qos also lifts an earlier channel-wide limit.
         channel.consumer_prefetch = method.prefetch_count
+        channel.global_prefetch = 0
     channel.send_method(commands.Basic.QosOk())
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pamqp import commands
 
+from kanin.amqp import constants as C
+from kanin.amqp.errors import ChannelError
 from kanin.core.channel import Channel, handles
 from kanin.core.exchanges import Destination
 from kanin.core.permissions import check_permission
+from kanin.core.publishing import REPLY_TO, is_reply_to_name
 
 
 @handles(commands.Exchange.Declare)
@@ -37,16 +40,20 @@ def exchange_bind(
     vhost = channel.vhost
     check_permission(channel.port, "write", "exchange", method.destination)
     check_permission(channel.port, "read", "exchange", method.source)
-    destination: Destination
+    binding = isinstance(method, commands.Exchange.Bind)
+    destination: Destination | None
     if method.destination == "":
         destination = vhost.default_exchange
-    else:
+    elif binding:
         destination = vhost.get_exchange(method.destination)
-    binding = isinstance(method, commands.Exchange.Bind)
-    if binding:
-        vhost.bind(method.source, destination, method.routing_key, method.arguments or {})
     else:
+        destination = vhost.exchanges.get(method.destination)
+    if binding and destination is not None:
+        vhost.bind(method.source, destination, method.routing_key, method.arguments or {})
+    elif destination is not None:
         vhost.unbind(method.source, destination, method.routing_key, method.arguments or {})
+    elif method.source == "":
+        raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
     if not method.nowait:
         channel.send_method(commands.Exchange.BindOk() if binding else commands.Exchange.UnbindOk())
 
@@ -54,6 +61,12 @@ def exchange_bind(
 @handles(commands.Queue.Declare)
 def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
     vhost, port = channel.vhost, channel.port
+    if is_reply_to_name(method.queue, port.broker) and (method.passive or method.queue == REPLY_TO):
+        # RabbitMQ 3.10 answers as if the pseudo-queue had one consumer.
+        channel.send_method(
+            commands.Queue.DeclareOk(queue=method.queue, message_count=0, consumer_count=1)
+        )
+        return
     if method.passive:
         queue = vhost.get_queue(method.queue, port)
     else:
@@ -78,17 +91,26 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
 def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Unbind) -> None:
     vhost, port = channel.vhost, channel.port
     name = method.queue or channel.last_queue_name
-    queue = vhost.get_queue(name, port)
     check_permission(port, "write", "queue", name)
     check_permission(port, "read", "exchange", method.exchange)
     arguments = method.arguments or {}
     if isinstance(method, commands.Queue.Bind):
-        vhost.bind(method.exchange, queue, method.routing_key, arguments)
+        if method.exchange != "":
+            vhost.get_exchange(method.exchange)  # RabbitMQ reports a missing exchange first
+        vhost.bind(method.exchange, vhost.get_queue(name, port), method.routing_key, arguments)
         if not method.nowait:
             channel.send_method(commands.Queue.BindOk())
-    else:
+        return
+    if method.exchange == "":
+        raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
+    # RabbitMQ 3.x: unbinding from a missing queue or exchange, or a missing binding, is ok;
+    # only touching an existing binding of another connection's exclusive queue is refused.
+    queue = vhost.queues.get(name)
+    if queue is not None and vhost.has_binding(method.exchange, queue, method.routing_key,
+                                               arguments):
+        vhost.check_exclusive(queue, port)
         vhost.unbind(method.exchange, queue, method.routing_key, arguments)
-        channel.send_method(commands.Queue.UnbindOk())
+    channel.send_method(commands.Queue.UnbindOk())
 
 
 @handles(commands.Queue.Purge)

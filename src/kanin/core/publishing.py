@@ -23,6 +23,7 @@ from kanin.core.message import Message
 from kanin.core.permissions import check_permission
 
 if TYPE_CHECKING:
+    from kanin.core.broker import Broker
     from kanin.core.channel import Channel
 
 REPLY_TO = "amq.rabbitmq.reply-to"
@@ -64,14 +65,15 @@ def publish(channel: Channel, content: Content) -> None:
 def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> None:
     seq = channel.confirms.next_seq() if channel.confirms is not None else 0
     vhost = channel.vhost
-    routed = False
+    routed = refused = False
     if message.exchange == "" and message.routing_key.startswith(REPLY_TO_PREFIX):
         routed = _deliver_reply(channel, message)
     else:
         exchange = vhost.exchanges.get(message.exchange)
         queues = vhost.route(exchange, message.routing_key, message.headers) if exchange else []
         for queue in queues:
-            queue.publish(message)
+            if not queue.publish(message):
+                refused = True
         routed = bool(queues)
     if not routed and mandatory:
         channel.send_content(
@@ -82,7 +84,10 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
             message,
         )
     if channel.confirms is not None:
-        channel.confirms.confirm(seq)
+        if refused:
+            channel.confirms.reject(seq)
+        else:
+            channel.confirms.confirm(seq)
         channel.port.request_flush(channel)
 
 
@@ -105,3 +110,10 @@ def _deliver_reply(channel: Channel, message: Message) -> bool:
 
 def new_reply_key() -> str:
     return secrets.token_urlsafe(24)
+
+
+def is_reply_to_name(name: str, broker: Broker) -> bool:
+    """The pseudo-queue itself, or the address of a live direct reply-to consumer."""
+    if name == REPLY_TO:
+        return True
+    return name.startswith(REPLY_TO_PREFIX) and name[len(REPLY_TO_PREFIX):] in broker.reply_channels

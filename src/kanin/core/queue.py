@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kanin.core.limits import LengthLimits
 from kanin.core.message import Entry, Message
 
 if TYPE_CHECKING:
@@ -41,6 +42,7 @@ class Queue:
         self.exclusive_owner = exclusive_owner  # the owning connection, or None
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
+        self.limits = LengthLimits.from_arguments(self.arguments)
         self.ready: deque[Entry] = deque()
         self.returned: list[Entry] = []
         self.consumers: list[Consumer] = []
@@ -68,13 +70,24 @@ class Queue:
 
     # -- messages in ----------------------------------------------------------
 
-    def publish(self, message: Message) -> None:
+    def publish(self, message: Message) -> bool:
+        """Enqueue; False when the queue refuses the message (x-overflow reject-publish)."""
+        if self.limits.full_for(self, len(message.body)):
+            if self.limits.rejects_publish:
+                return False
+            self._make_room(len(message.body))
         entry = Entry(message, self._next_seq)
         self._next_seq += 1
         self.ready.append(entry)
         self.ready_bytes += len(message.body)
         if self.consumers:
             self.schedule_dispatch()
+        return True
+
+    def _make_room(self, incoming_bytes: int) -> None:
+        """x-overflow drop-head: drop from the head until the new message fits."""
+        while self.message_count and self.limits.full_for(self, incoming_bytes):
+            self.take()
 
     def requeue(self, entries: list[Entry]) -> None:
         """Put delivered messages back at their original place, marked redelivered."""

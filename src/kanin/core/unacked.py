@@ -50,6 +50,9 @@ class UnackedLedger:
         self._next_tag += 1
         return tag
 
+    def peek_tag(self) -> int:
+        return self._next_tag
+
     def add(self, record: Unacked) -> None:
         self._outstanding[record.tag] = record
 

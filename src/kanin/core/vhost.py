@@ -13,7 +13,15 @@ from typing import Any
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
-from kanin.core.exchanges import EXCHANGE_TYPES, Binding, DefaultExchange, Destination, Exchange
+from kanin.core.exchanges import (
+    EXCHANGE_TYPES,
+    Binding,
+    DefaultExchange,
+    Destination,
+    Exchange,
+    HeadersExchange,
+)
+from kanin.core.exchanges.headers import check_x_match
 from kanin.core.queue import Queue
 from kanin.core.scheduling import Scheduler
 
@@ -82,20 +90,25 @@ class VirtualHost:
         self, name: str, type_: str, *, passive: bool, durable: bool, auto_delete: bool,
         internal: bool, arguments: dict[str, Any],
     ) -> Exchange:
+        if name == "":
+            raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
         if passive:
-            if name == "":
-                return self.default_exchange
             return self.get_exchange(name)
-        if name.startswith("amq."):
+        cls = EXCHANGE_TYPES.get(type_)
+        if cls is None:
+            raise ConnectionError_(C.COMMAND_INVALID, f"unknown exchange type '{type_}'")
+        existing = self.exchanges.get(name)
+        if existing is None and name.startswith("amq."):
             raise ChannelError(
                 C.ACCESS_REFUSED, f"exchange name '{name}' contains reserved prefix 'amq.*'"
             )
-        if name == "":
-            raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
-        cls = EXCHANGE_TYPES.get(type_)
-        existing = self.exchanges.get(name)
-        if cls is None:
-            raise ConnectionError_(C.COMMAND_INVALID, f"invalid exchange type '{type_}'")
+        alternate = arguments.get("alternate-exchange")
+        if alternate is not None and not isinstance(alternate, str):
+            raise ChannelError(
+                C.PRECONDITION_FAILED,
+                f"invalid type '{wire_type_name(alternate)}' for arg 'alternate-exchange' in "
+                f"exchange '{name}' {self._where()}",
+            )
         if existing is not None:
             self._check_equivalent_exchange(existing, type_, durable, auto_delete, internal,
                                             arguments)
@@ -141,8 +154,12 @@ class VirtualHost:
                 )
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
-        if name == "" or name.startswith("amq."):
-            raise ChannelError(C.ACCESS_REFUSED, _reserved_text(name))
+        if name == "":
+            raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if name.startswith("amq.") and name in self.exchanges:
+            raise ChannelError(
+                C.ACCESS_REFUSED, f"deletion of system exchange '{name}' {self._where()} not allowed"
+            )
         exchange = self.exchanges.get(name)
         if exchange is None:
             return  # deleting what is not there is fine, as in RabbitMQ 3.x
@@ -241,11 +258,11 @@ class VirtualHost:
         self, source_name: str, destination: Destination, routing_key: str,
         arguments: dict[str, Any],
     ) -> None:
-        if source_name == "":
+        if source_name == "" or destination is self.default_exchange:
             raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
         source = self.get_exchange(source_name)
-        if destination is self.default_exchange:
-            raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
+        if isinstance(source, HeadersExchange):
+            check_x_match(arguments)
         binding = Binding(source, destination, routing_key, arguments)
         if source.bind(binding):
             back_key = binding.key + (id(source),)
@@ -258,13 +275,24 @@ class VirtualHost:
         self, source_name: str, destination: Destination, routing_key: str,
         arguments: dict[str, Any],
     ) -> None:
-        if source_name == "":
+        if source_name == "" or destination is self.default_exchange:
             raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
-        source = self.get_exchange(source_name)
+        source = self.exchanges.get(source_name)
+        if source is None:
+            return  # RabbitMQ 3.x: unbinding what does not exist succeeds
         binding = Binding(source, destination, routing_key, arguments)
         existing = source.bindings.get(binding.key)
         if existing is not None:
             self._drop_binding(existing)
+
+    def has_binding(
+        self, source_name: str, destination: Destination, routing_key: str,
+        arguments: dict[str, Any],
+    ) -> bool:
+        source = self.exchanges.get(source_name)
+        if source is None:
+            return False
+        return Binding(source, destination, routing_key, arguments).key in source.bindings
 
     def _drop_binding(self, binding: Binding) -> None:
         source, destination = binding.source, binding.destination
@@ -304,19 +332,29 @@ class VirtualHost:
         return list(queues.values())
 
 
+def wire_type_name(value: Any) -> str:
+    """RabbitMQ's name for the field-table type a value most likely arrived as.
+
+    The decoder keeps no wire type; pika sends ints that fit in 32 bits as 'I'.
+    """
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, str | bytes):
+        return "longstr"
+    if isinstance(value, float):
+        return "double"
+    if isinstance(value, dict):
+        return "table"
+    if isinstance(value, list):
+        return "array"
+    return "void" if value is None else type(value).__name__
+
+
 def _describe(value: Any) -> str:
     if value is None:
         return "none"
-    if isinstance(value, bool):
-        return f"the value '{_bool(value)}' of type 'bool'"
-    if isinstance(value, int):
-        return f"the value '{value}' of type 'long'"
-    if isinstance(value, str | bytes):
-        return f"the value '{value}' of type 'longstr'"
-    return f"the value '{value}'"
+    shown = _bool(value) if isinstance(value, bool) else value
+    return f"the value '{shown}' of type '{wire_type_name(value)}'"
 
-
-def _reserved_text(name: str) -> str:
-    if name == "":
-        return "operation not permitted on the default exchange"
-    return f"exchange name '{name}' contains reserved prefix 'amq.*'"

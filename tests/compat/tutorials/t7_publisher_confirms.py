@@ -105,7 +105,10 @@ class _ConfirmingPublisher:
             on_close_callback=self.on_connection_closed,
         )
         self.connection.ioloop.call_later(self.timeout, self.on_timeout)
-        self.connection.ioloop.start()
+        try:
+            self.connection.ioloop.start()
+        finally:
+            self.connection.ioloop.close()
         self.report.elapsed_s = time.monotonic() - start
         return self.report
 

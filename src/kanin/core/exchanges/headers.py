@@ -10,9 +10,36 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from kanin.amqp import constants as C
+from kanin.amqp.errors import ChannelError
 from kanin.core.exchanges.base import Destination, Exchange
 
 X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
+
+
+def check_x_match(binding_args: dict[str, Any]) -> None:
+    """Refuse a headers binding whose x-match RabbitMQ would refuse (406)."""
+    mode = binding_args.get("x-match", "all")
+    if isinstance(mode, bytes):
+        mode = mode.decode("utf-8", "replace")
+    if not isinstance(mode, str):
+        from kanin.core.vhost import wire_type_name
+
+        raise ChannelError(
+            C.PRECONDITION_FAILED,
+            f"Invalid x-match field type {wire_type_name(mode)} (value {mode}); expected longstr",
+        )
+    if mode not in X_MATCH_MODES:
+        raise ChannelError(
+            C.PRECONDITION_FAILED,
+            f'Invalid x-match field value <<"{mode}">>; expected all, any, all-with-x, or '
+            "any-with-x",
+        )
+
+
+def _same(expected: Any, actual: Any) -> bool:
+    # Field-table values match only with the same type: true is not 1, "1" is not 1.
+    return type(expected) is type(actual) and bool(expected == actual)
 
 
 def headers_match(binding_args: dict[str, Any], headers: dict[str, Any]) -> bool:
@@ -22,7 +49,7 @@ def headers_match(binding_args: dict[str, Any], headers: dict[str, Any]) -> bool
     for key, expected in binding_args.items():
         if key == "x-match" or (key.startswith("x-") and not with_x):
             continue
-        matched = key in headers and (expected is None or headers[key] == expected)
+        matched = key in headers and (expected is None or _same(expected, headers[key]))
         if want_all and not matched:
             return False
         if not want_all and matched:

@@ -17,7 +17,12 @@ _CACHE_LIMIT = 4096
 
 @lru_cache(maxsize=8192)
 def topic_matches(pattern: str, routing_key: str) -> bool:
-    return _match(tuple(pattern.split(".")), 0, tuple(routing_key.split(".")), 0)
+    return _match(_words(pattern), 0, _words(routing_key), 0)
+
+
+def _words(text: str) -> tuple[str, ...]:
+    # The empty string has no words ("a." has two: "a" and "").
+    return tuple(text.split(".")) if text else ()
 
 
 def _match(pattern: tuple[str, ...], p: int, words: tuple[str, ...], w: int) -> bool:
