@@ -30,7 +30,7 @@ class BrokerEndpoint:
     host: str
     port: int
     url: str
-    embedded: "EmbeddedBroker | None"  # None when the suite runs against an external broker
+    embedded: EmbeddedBroker | None  # None when the suite runs against an external broker
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -47,7 +47,9 @@ def broker() -> Iterator[BrokerEndpoint]:
     """A broker to talk to: a fresh embedded kanin, or the external one."""
     if EXTERNAL_URL:
         parsed = urlparse(EXTERNAL_URL)
-        yield BrokerEndpoint(parsed.hostname or "127.0.0.1", parsed.port or 5672, EXTERNAL_URL, None)
+        yield BrokerEndpoint(
+            parsed.hostname or "127.0.0.1", parsed.port or 5672, EXTERNAL_URL, None
+        )
         return
     from kanin.testing.embedded import running_broker
 
@@ -56,12 +58,12 @@ def broker() -> Iterator[BrokerEndpoint]:
 
 
 @pytest.fixture
-def broker_factory() -> Callable[..., AbstractContextManager["EmbeddedBroker"]]:
-    """Start a kanin broker with custom configuration: `with broker_factory(heartbeat_s=1) as b:`."""
+def broker_factory() -> Callable[..., AbstractContextManager[EmbeddedBroker]]:
+    """A kanin broker with custom configuration: `with broker_factory(heartbeat_s=1) as b:`."""
 
     from kanin.testing.embedded import running_broker
 
-    def factory(**overrides: Any) -> AbstractContextManager["EmbeddedBroker"]:
+    def factory(**overrides: Any) -> AbstractContextManager[EmbeddedBroker]:
         return running_broker(BrokerConfig(**overrides))
 
     return factory

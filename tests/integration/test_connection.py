@@ -1,6 +1,8 @@
-"""SPEC §1 Connection: handshake, authentication, vhosts, tuning, closing, heartbeats.
+"""SPEC §1 Connection: protocol header, connection.start, authentication, vhosts, users.
 
-Malformed frames and protocol errors are in test_connection_frames.py.
+The rest of §1 is in test_connection_tuning.py (tune, heartbeats),
+test_connection_lifecycle.py (channel vs connection errors, closing, lost connections)
+and test_connection_frames.py (malformed and out-of-order frames).
 """
 
 from __future__ import annotations

@@ -47,6 +47,8 @@ class ContentAssembler:
             raise ConnectionError_(
                 C.UNEXPECTED_FRAME,
                 "expected content header for class 60, got non content header frame instead",
+                60,
+                40,
             )
 
     def start(self, method: Any) -> None:
@@ -62,6 +64,8 @@ class ContentAssembler:
             raise ConnectionError_(
                 C.UNEXPECTED_FRAME,
                 f"expected content header for class 60, got one for class {frame.class_id} instead",
+                60,
+                40,
             )
         if frame.body_size > self.max_body_bytes:
             self._reset()
@@ -69,7 +73,8 @@ class ContentAssembler:
                 C.PRECONDITION_FAILED,
                 f"message size {frame.body_size} is larger than configured max size "
                 f"{self.max_body_bytes}",
-                60, 40,
+                60,
+                40,
             )
         self._header = frame
         if frame.body_size == 0:

@@ -93,32 +93,52 @@ class FrameReader:
         frames: list[Frame] = []
         offset = 0
         end = len(buffer)
-        view = memoryview(buffer)
-        try:
-            while end - offset >= C.FRAME_OVERHEAD:
-                frame_type, channel, size = _FRAME_HEAD.unpack_from(buffer, offset)
-                if self.frame_max and size + C.FRAME_OVERHEAD > self.frame_max:
-                    raise frame_error(
-                        f"type {frame_type}, first 16 octets = {bytes(view[offset:offset + 16])!r}: "
-                        f"frame size {size + C.FRAME_OVERHEAD} larger than frame_max {self.frame_max}"
-                    )
-                frame_end = offset + C.FRAME_HEADER_SIZE + size
-                if frame_end >= end:
-                    break
-                if buffer[frame_end] != C.FRAME_END:
-                    raise frame_error(f"invalid frame end marker {buffer[frame_end]:#x}")
-                payload = bytes(view[offset + C.FRAME_HEADER_SIZE : frame_end])
-                frames.append(decode_frame(frame_type, channel, payload))
-                offset = frame_end + 1
-        finally:
-            view.release()
+        while end - offset >= C.FRAME_HEADER_SIZE:
+            frame_type, channel, size = _FRAME_HEAD.unpack_from(buffer, offset)
+            # Checked from the header alone, so a huge announced size is refused at once.
+            # As in RabbitMQ, a payload of up to frame_max is tolerated inbound.
+            if self.frame_max and size > self.frame_max:
+                del buffer[:offset]
+                raise frame_error(
+                    f"type {frame_type}, all octets = <<>>: "
+                    f"{{frame_too_large,{size},{self.frame_max - C.FRAME_OVERHEAD}}}"
+                )
+            frame_end = offset + C.FRAME_HEADER_SIZE + size
+            if frame_end >= end:
+                break
+            payload = bytes(buffer[offset + C.FRAME_HEADER_SIZE : frame_end])
+            if buffer[frame_end] != C.FRAME_END:
+                raise frame_error(
+                    f"type {frame_type}, all octets = {erlang_binary(payload)}: "
+                    f"{{invalid_frame_end_marker,{buffer[frame_end]}}}"
+                )
+            frames.append(decode_frame(frame_type, channel, payload))
+            offset = frame_end + 1
         if offset:
             del buffer[:offset]
         return frames
 
 
+def erlang_binary(data: bytes, limit: int = 64) -> str:
+    """Bytes as RabbitMQ prints them in reply texts: <<"text">> or <<0,20,...>>."""
+    shown = data[:limit]
+    suffix = ",..." if len(data) > limit else ""
+    if shown and all(32 <= byte < 127 for byte in shown) and not suffix:
+        text = shown.decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
+        return f'<<"{text}">>'
+    return "<<" + ",".join(str(byte) for byte in shown) + suffix + ">>"
+
+
+def unexpected_frame(frame_type: int, payload: bytes) -> AMQPError:
+    return ConnectionError_(
+        C.UNEXPECTED_FRAME, f"type {frame_type}, all octets = {erlang_binary(payload)}"
+    )
+
+
 def decode_frame(frame_type: int, channel: int, payload: bytes) -> Frame:
     if frame_type == C.FRAME_METHOD:
+        if len(payload) < 4:
+            raise frame_error(f"type 1, all octets = {erlang_binary(payload)}: unknown_frame")
         return MethodFrame(channel, methods.decode_method(payload))
     if frame_type == C.FRAME_HEADER:
         return decode_header(channel, payload)
@@ -126,9 +146,9 @@ def decode_frame(frame_type: int, channel: int, payload: bytes) -> Frame:
         return BodyFrame(channel, payload)
     if frame_type == C.FRAME_HEARTBEAT:
         if channel != 0:
-            raise frame_error(f"heartbeat frame on channel {channel}")
+            raise unexpected_frame(frame_type, payload)
         return HeartbeatFrame(channel)
-    raise frame_error(f"unknown frame type {frame_type}")
+    raise frame_error(f"type {frame_type}, all octets = {erlang_binary(payload)}: unknown_frame")
 
 
 def decode_header(channel: int, payload: bytes) -> HeaderFrame:

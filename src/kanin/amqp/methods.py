@@ -44,16 +44,18 @@ def decode_method(payload: bytes) -> Any:
             raise ConnectionError_(
                 C.COMMAND_INVALID, f"unknown method class {class_id} method {method_id}"
             )
-        method = cls.__new__(cls)
+        method: Any = object.__new__(cls)
         method.unmarshal(payload[4:])
         return method
     except ConnectionError_:
         raise
     except Exception as exc:  # pamqp raises ValueError, struct.error, IndexError, ...
+        # RabbitMQ 3.10 answers undecodable arguments with 501 and the argument bytes.
+        from kanin.amqp.frames import erlang_binary
+
         class_id, method_id = class_and_method(index)
         raise ConnectionError_(
-            C.SYNTAX_ERROR, f"cannot decode method {class_id}.{method_id}: {exc}",
-            class_id, method_id,
+            C.FRAME_ERROR, f"cannot decode {erlang_binary(payload[4:])}", class_id, method_id
         ) from exc
 
 
@@ -94,24 +96,35 @@ def encode_method(channel: int, method: Any) -> bytes:
 
 
 def encode_deliver_head(
-    channel: int, consumer_tag: bytes, delivery_tag: int, redelivered: bool,
-    exchange: bytes, routing_key: bytes,
+    channel: int,
+    consumer_tag: bytes,
+    delivery_tag: int,
+    redelivered: bool,
+    exchange: bytes,
+    routing_key: bytes,
 ) -> bytes:
     """The basic.deliver method frame, without going through pamqp (hot path)."""
-    body = b"".join((
-        b"\x00\x3c\x00\x3c",
-        bytes((len(consumer_tag),)), consumer_tag,
-        struct.pack(">QB", delivery_tag, 1 if redelivered else 0),
-        bytes((len(exchange),)), exchange,
-        bytes((len(routing_key),)), routing_key,
-    ))
+    body = b"".join(
+        (
+            b"\x00\x3c\x00\x3c",
+            bytes((len(consumer_tag),)),
+            consumer_tag,
+            struct.pack(">QB", delivery_tag, 1 if redelivered else 0),
+            bytes((len(exchange),)),
+            exchange,
+            bytes((len(routing_key),)),
+            routing_key,
+        )
+    )
     return b"".join((_FRAME_HEAD.pack(C.FRAME_METHOD, channel, len(body)), body, b"\xce"))
 
 
 def encode_content(channel: int, header_payload: bytes, body: bytes, frame_max: int) -> list[bytes]:
     """The content header frame and body frames for one message."""
     parts = [
-        _FRAME_HEAD.pack(C.FRAME_HEADER, channel, len(header_payload)), header_payload, b"\xce"
+        _FRAME_HEAD.pack(C.FRAME_HEADER, channel, len(header_payload)),
+        header_payload,
+        b"\xce",
     ]
     if not body:
         return parts
@@ -129,8 +142,11 @@ def encode_content(channel: int, header_payload: bytes, body: bytes, frame_max: 
 def encode_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
     """basic.ack from the broker (a publisher confirm), hot path."""
     return (
-        b"\x01" + _SHORT.pack(channel) + b"\x00\x00\x00\x0d\x00\x3c\x00\x50"
-        + _ACK.pack(delivery_tag, 1 if multiple else 0) + b"\xce"
+        b"\x01"
+        + _SHORT.pack(channel)
+        + b"\x00\x00\x00\x0d\x00\x3c\x00\x50"
+        + _ACK.pack(delivery_tag, 1 if multiple else 0)
+        + b"\xce"
     )
 
 

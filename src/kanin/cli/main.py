@@ -21,15 +21,20 @@ def build_parser() -> argparse.ArgumentParser:
     server = commands.add_parser("server", help="run the broker")
     server.add_argument("--port", type=int, default=5672, help="AMQP port (default 5672)")
     server.add_argument(
-        "--bind", default=None,
+        "--bind",
+        default=None,
         help="address to listen on (default: every interface, IPv4 and IPv6)",
     )
     server.add_argument(
-        "--data-dir", type=Path, default=Path("kanin-data"),
+        "--data-dir",
+        type=Path,
+        default=Path("kanin-data"),
         help="where kanin keeps its data (default ./kanin-data)",
     )
     server.add_argument("--heartbeat", type=int, default=60, help="heartbeat seconds proposed")
-    server.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    server.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
     return parser
 
 
@@ -44,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kanin: {exc}", file=sys.stderr)
             return 2
         logging.basicConfig(
-            level=args.log_level.upper(), stream=sys.stderr,
+            level=args.log_level.upper(),
+            stream=sys.stderr,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
         return run_server(config)

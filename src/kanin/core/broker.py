@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kanin.config import BrokerConfig
 from kanin.core.auth import Permission, UserStore
+from kanin.core.memory import MemoryMonitor
 from kanin.core.queue import Queue
 from kanin.core.scheduling import Scheduler
 from kanin.core.vhost import VirtualHost
@@ -22,6 +23,10 @@ class Broker:
         self.config = config
         self.scheduler = scheduler
         self.users = UserStore()
+        self.memory = MemoryMonitor(config.memory_high_watermark_bytes)
+        self.memory.on_alarm_change = self._on_memory_alarm
+        # Open AMQP connections (the server layer adds and removes them).
+        self.connections: set[Any] = set()
         self.vhosts: dict[str, VirtualHost] = {}
         # Channels holding a direct reply-to consumer, by the key in their reply-to address.
         self.reply_channels: dict[str, Channel] = {}
@@ -31,10 +36,21 @@ class Broker:
             self.users.set_permissions(spec.name, config.default_vhost, Permission())
 
     def add_vhost(self, name: str) -> VirtualHost:
-        vhost = VirtualHost(name, self.scheduler)
+        vhost = VirtualHost(name, self.scheduler, self.memory)
         vhost.on_queue_deleted = self._cancel_consumers
         self.vhosts[name] = vhost
         return vhost
+
+    def _on_memory_alarm(self, alarm: bool) -> None:
+        if alarm:
+            log.warning(
+                "memory alarm: %d message bytes held, above the %d byte watermark; "
+                "blocking publishers", self.memory.held_bytes, self.memory.high_watermark_bytes,
+            )
+        else:
+            log.info("memory alarm cleared; unblocking publishers")
+        for connection in list(self.connections):
+            connection.on_memory_alarm(alarm)
 
     @staticmethod
     def _cancel_consumers(queue: Queue) -> None:

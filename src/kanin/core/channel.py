@@ -21,7 +21,13 @@ from kanin.amqp import constants as C
 from kanin.amqp.assembler import Content, ContentAssembler
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
 from kanin.amqp.frames import BodyFrame, HeaderFrame
-from kanin.amqp.methods import class_and_method, encode_ack, encode_content, encode_deliver_head, encode_method
+from kanin.amqp.methods import (
+    class_and_method,
+    encode_ack,
+    encode_content,
+    encode_deliver_head,
+    encode_method,
+)
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
 from kanin.core.message import Entry, Message
@@ -73,10 +79,8 @@ class Channel:
         self.assembler.expect_method()
         handler = HANDLERS.get(type(method))
         if handler is None:
-            class_id, method_id = class_and_method(method.index)
             raise ConnectionError_(
-                C.COMMAND_INVALID, f"unexpected method {method.name} on a channel",
-                class_id, method_id,
+                C.COMMAND_INVALID, "unimplemented method", *class_and_method(method.index)
             )
         try:
             handler(self, method)
@@ -140,11 +144,17 @@ class Channel:
             self.unacked.add(Unacked(tag, consumer.queue, entry, consumer))
             consumer.unacked += 1
             self.global_unacked += 1
+        else:
+            consumer.queue.forget(entry)
         message = entry.message
         parts = [
             encode_deliver_head(
-                self.id, consumer.tag_bytes, tag, entry.redelivered,
-                message.exchange.encode(), message.routing_key.encode(),
+                self.id,
+                consumer.tag_bytes,
+                tag,
+                entry.redelivered,
+                message.exchange.encode(),
+                message.routing_key.encode(),
             )
         ]
         parts += encode_content(self.id, message.header_payload, message.body, self.port.frame_max)
@@ -155,8 +165,11 @@ class Channel:
         # RabbitMQ 3.10 stamps a reply with the channel's next tag without using it up.
         tag = self.unacked.peek_tag()
         method = commands.Basic.Deliver(
-            consumer_tag=self.reply_consumer_tag, delivery_tag=tag, redelivered=False,
-            exchange=message.exchange, routing_key=message.routing_key,
+            consumer_tag=self.reply_consumer_tag,
+            delivery_tag=tag,
+            redelivered=False,
+            exchange=message.exchange,
+            routing_key=message.routing_key,
         )
         self.send_content(method, message)
 
@@ -167,6 +180,9 @@ class Channel:
         self._release(records)
         if requeue:
             self._requeue(records)
+        else:
+            for record in records:
+                record.queue.forget(record.entry)
 
     def _release(self, records: list[Unacked]) -> None:
         """Free the prefetch credit the settled deliveries held, and let queues dispatch."""
@@ -249,8 +265,10 @@ class Channel:
         """A channel error: send channel.close and wait for close-ok."""
         self.send_method(
             commands.Channel.Close(
-                reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
-                class_id=exc.class_id, method_id=exc.method_id,
+                reply_code=exc.reply_code,
+                reply_text=exc.reply_text[:255],
+                class_id=exc.class_id,
+                method_id=exc.method_id,
             )
         )
         self.shutdown()

@@ -59,4 +59,3 @@ class ConfirmLedger:
             acks.append((below[-1], len(below) > 1))
         acks.extend((seq, False) for seq in above)
         return nacks, acks
-

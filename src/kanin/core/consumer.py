@@ -11,13 +11,27 @@ if TYPE_CHECKING:
 
 class Consumer:
     __slots__ = (
-        "arguments", "channel", "exclusive", "no_ack", "prefetch", "priority", "queue",
-        "tag", "tag_bytes", "unacked",
+        "arguments",
+        "channel",
+        "exclusive",
+        "no_ack",
+        "prefetch",
+        "priority",
+        "queue",
+        "tag",
+        "tag_bytes",
+        "unacked",
     )
 
     def __init__(
-        self, tag: str, channel: Channel, queue: Queue, no_ack: bool, exclusive: bool,
-        prefetch: int, arguments: dict[str, Any],
+        self,
+        tag: str,
+        channel: Channel,
+        queue: Queue,
+        no_ack: bool,
+        exclusive: bool,
+        prefetch: int,
+        arguments: dict[str, Any],
     ) -> None:
         self.tag = tag
         self.tag_bytes = tag.encode()

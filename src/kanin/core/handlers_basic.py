@@ -57,7 +57,12 @@ def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
             C.ACCESS_REFUSED, f"queue '{name}' in vhost '{channel.vhost.name}' in exclusive use"
         )
     consumer = Consumer(
-        tag, channel, queue, method.no_ack, method.exclusive, channel.consumer_prefetch,
+        tag,
+        channel,
+        queue,
+        method.no_ack,
+        method.exclusive,
+        channel.consumer_prefetch,
         method.arguments or {},
     )
     # consume-ok goes out before any delivery: dispatch only runs on a later loop turn.
@@ -83,7 +88,7 @@ def _consume_reply_to(channel: Channel, method: commands.Basic.Consume) -> None:
 
 @handles(commands.Basic.Cancel)
 def basic_cancel(channel: Channel, method: commands.Basic.Cancel) -> None:
-    channel.cancel_consumer(method.consumer_tag)
+    channel.cancel_consumer(method.consumer_tag or "")
     if not method.nowait:
         channel.send_method(commands.Basic.CancelOk(consumer_tag=method.consumer_tag))
 
@@ -98,13 +103,18 @@ def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
         channel.send_method(commands.Basic.GetEmpty())
         return
     tag = channel.unacked.next_tag()
-    if not method.no_ack:
+    if method.no_ack:
+        queue.forget(entry)
+    else:
         channel.unacked.add(Unacked(tag, queue, entry, None))
     message = entry.message
     channel.send_content(
         commands.Basic.GetOk(
-            delivery_tag=tag, redelivered=entry.redelivered, exchange=message.exchange,
-            routing_key=message.routing_key, message_count=queue.message_count,
+            delivery_tag=tag,
+            redelivered=entry.redelivered,
+            exchange=message.exchange,
+            routing_key=message.routing_key,
+            message_count=queue.message_count,
         ),
         message,
     )
@@ -122,7 +132,7 @@ def basic_nack(channel: Channel, method: commands.Basic.Nack) -> None:
 
 @handles(commands.Basic.Reject)
 def basic_reject(channel: Channel, method: commands.Basic.Reject) -> None:
-    _settle(channel, method.delivery_tag, False, method.requeue)
+    _settle(channel, method.delivery_tag or 0, False, method.requeue)
 
 
 def _settle(channel: Channel, tag: int, multiple: bool, requeue: bool | None) -> None:

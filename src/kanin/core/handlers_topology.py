@@ -17,8 +17,12 @@ def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> Non
     if not method.passive:
         check_permission(channel.port, "configure", "exchange", method.exchange)
     channel.vhost.declare_exchange(
-        method.exchange, method.exchange_type, passive=method.passive, durable=method.durable,
-        auto_delete=method.auto_delete, internal=method.internal,
+        method.exchange,
+        method.exchange_type,
+        passive=method.passive,
+        durable=method.durable,
+        auto_delete=method.auto_delete,
+        internal=method.internal,
         arguments=method.arguments or {},
     )
     if not method.nowait:
@@ -73,15 +77,20 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
         if method.queue:
             check_permission(port, "configure", "queue", method.queue)
         queue = vhost.declare_queue(
-            method.queue, port, passive=False, durable=method.durable,
-            exclusive=method.exclusive, auto_delete=method.auto_delete,
+            method.queue,
+            port,
+            passive=False,
+            durable=method.durable,
+            exclusive=method.exclusive,
+            auto_delete=method.auto_delete,
             arguments=method.arguments or {},
         )
     channel.last_queue_name = queue.name
     if not method.nowait:
         channel.send_method(
             commands.Queue.DeclareOk(
-                queue=queue.name, message_count=queue.message_count,
+                queue=queue.name,
+                message_count=queue.message_count,
                 consumer_count=len(queue.consumers),
             )
         )
@@ -106,8 +115,9 @@ def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Un
     # RabbitMQ 3.x: unbinding from a missing queue or exchange, or a missing binding, is ok;
     # only touching an existing binding of another connection's exclusive queue is refused.
     queue = vhost.queues.get(name)
-    if queue is not None and vhost.has_binding(method.exchange, queue, method.routing_key,
-                                               arguments):
+    if queue is not None and vhost.has_binding(
+        method.exchange, queue, method.routing_key, arguments
+    ):
         vhost.check_exclusive(queue, port)
         vhost.unbind(method.exchange, queue, method.routing_key, arguments)
     channel.send_method(commands.Queue.UnbindOk())
@@ -137,4 +147,3 @@ def queue_delete(channel: Channel, method: commands.Queue.Delete) -> None:
         count = vhost.delete_queue(queue, method.if_unused, method.if_empty)
     if not method.nowait:
         channel.send_method(commands.Queue.DeleteOk(message_count=count))
-

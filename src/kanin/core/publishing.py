@@ -78,8 +78,10 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
     if not routed and mandatory:
         channel.send_content(
             commands.Basic.Return(
-                reply_code=C.NO_ROUTE, reply_text="NO_ROUTE",
-                exchange=message.exchange, routing_key=message.routing_key,
+                reply_code=C.NO_ROUTE,
+                reply_text="NO_ROUTE",
+                exchange=message.exchange,
+                routing_key=message.routing_key,
             ),
             message,
         )
@@ -100,7 +102,7 @@ def _claim_reply_to(channel: Channel, properties: commands.Basic.Properties, siz
 
 
 def _deliver_reply(channel: Channel, message: Message) -> bool:
-    key = message.routing_key[len(REPLY_TO_PREFIX):]
+    key = message.routing_key[len(REPLY_TO_PREFIX) :]
     target = channel.port.broker.reply_channels.get(key)
     if target is None or target.closing:
         return False
@@ -116,4 +118,6 @@ def is_reply_to_name(name: str, broker: Broker) -> bool:
     """The pseudo-queue itself, or the address of a live direct reply-to consumer."""
     if name == REPLY_TO:
         return True
-    return name.startswith(REPLY_TO_PREFIX) and name[len(REPLY_TO_PREFIX):] in broker.reply_channels
+    return (
+        name.startswith(REPLY_TO_PREFIX) and name[len(REPLY_TO_PREFIX) :] in broker.reply_channels
+    )

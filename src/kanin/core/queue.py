@@ -24,6 +24,7 @@ from kanin.core.message import Entry, Message
 if TYPE_CHECKING:
     from kanin.core.consumer import Consumer
     from kanin.core.exchanges import Binding
+    from kanin.core.memory import MemoryMonitor
     from kanin.core.scheduling import Scheduler
 
 # Deliveries per queue per event-loop turn before yielding to other work.
@@ -32,8 +33,15 @@ DISPATCH_BATCH = 512
 
 class Queue:
     def __init__(
-        self, name: str, vhost: str, scheduler: Scheduler, *, durable: bool = False,
-        exclusive_owner: object | None = None, auto_delete: bool = False,
+        self,
+        name: str,
+        vhost: str,
+        scheduler: Scheduler,
+        memory: MemoryMonitor,
+        *,
+        durable: bool = False,
+        exclusive_owner: object | None = None,
+        auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
     ) -> None:
         self.name = name
@@ -50,6 +58,7 @@ class Queue:
         self.deleted = False
         self.ready_bytes = 0
         self._scheduler = scheduler
+        self._memory = memory
         self._next_seq = 1
         self._rr = 0
         self._dispatch_scheduled = False
@@ -80,6 +89,7 @@ class Queue:
         self._next_seq += 1
         self.ready.append(entry)
         self.ready_bytes += len(message.body)
+        self._memory.add(len(message.body))
         if self.consumers:
             self.schedule_dispatch()
         return True
@@ -87,11 +97,15 @@ class Queue:
     def _make_room(self, incoming_bytes: int) -> None:
         """x-overflow drop-head: drop from the head until the new message fits."""
         while self.message_count and self.limits.full_for(self, incoming_bytes):
-            self.take()
+            entry = self.take()
+            assert entry is not None
+            self.forget(entry)
 
     def requeue(self, entries: list[Entry]) -> None:
         """Put delivered messages back at their original place, marked redelivered."""
         if self.deleted:
+            for entry in entries:
+                self.forget(entry)
             return
         for entry in entries:
             entry.redelivered = True
@@ -114,10 +128,15 @@ class Queue:
         self.ready_bytes -= len(entry.message.body)
         return entry
 
+    def forget(self, entry: Entry) -> None:
+        """The message left this queue for good (acked, dropped, delivered without ack)."""
+        self._memory.release(len(entry.message.body))
+
     def purge(self) -> int:
         count = self.message_count
         self.ready.clear()
         self.returned.clear()
+        self._memory.release(self.ready_bytes)
         self.ready_bytes = 0
         return count
 
@@ -133,9 +152,9 @@ class Queue:
             self.consumers.remove(consumer)
         except ValueError:
             return
-        if not self.consumers and self.auto_delete and self._had_consumer:
-            if self.on_unused is not None:
-                self.on_unused(self)
+        unused = not self.consumers and self.auto_delete and self._had_consumer
+        if unused and self.on_unused is not None:
+            self.on_unused(self)
 
     def has_exclusive_consumer(self) -> bool:
         return any(c.exclusive for c in self.consumers)

@@ -22,6 +22,7 @@ from kanin.core.exchanges import (
     HeadersExchange,
 )
 from kanin.core.exchanges.headers import check_x_match
+from kanin.core.memory import MemoryMonitor
 from kanin.core.queue import Queue
 from kanin.core.scheduling import Scheduler
 
@@ -39,9 +40,10 @@ def _bool(value: bool) -> str:
 
 
 class VirtualHost:
-    def __init__(self, name: str, scheduler: Scheduler) -> None:
+    def __init__(self, name: str, scheduler: Scheduler, memory: MemoryMonitor) -> None:
         self.name = name
         self.scheduler = scheduler
+        self.memory = memory
         self.queues: dict[str, Queue] = {}
         self.default_exchange = DefaultExchange(self.queues.get)
         self.exchanges: dict[str, Exchange] = {"": self.default_exchange}
@@ -87,8 +89,15 @@ class VirtualHost:
     # -- exchanges --------------------------------------------------------------
 
     def declare_exchange(
-        self, name: str, type_: str, *, passive: bool, durable: bool, auto_delete: bool,
-        internal: bool, arguments: dict[str, Any],
+        self,
+        name: str,
+        type_: str,
+        *,
+        passive: bool,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict[str, Any],
     ) -> Exchange:
         if name == "":
             raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
@@ -110,16 +119,22 @@ class VirtualHost:
                 f"exchange '{name}' {self._where()}",
             )
         if existing is not None:
-            self._check_equivalent_exchange(existing, type_, durable, auto_delete, internal,
-                                            arguments)
+            self._check_equivalent_exchange(
+                existing, type_, durable, auto_delete, internal, arguments
+            )
             return existing
         exchange = cls(name, durable, auto_delete, internal, arguments)
         self.exchanges[name] = exchange
         return exchange
 
     def _check_equivalent_exchange(
-        self, existing: Exchange, type_: str, durable: bool, auto_delete: bool,
-        internal: bool, arguments: dict[str, Any],
+        self,
+        existing: Exchange,
+        type_: str,
+        durable: bool,
+        auto_delete: bool,
+        internal: bool,
+        arguments: dict[str, Any],
     ) -> None:
         what = f"for exchange '{existing.name}' {self._where()}"
         if existing.type_name != type_:
@@ -158,15 +173,14 @@ class VirtualHost:
             raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
         if name.startswith("amq.") and name in self.exchanges:
             raise ChannelError(
-                C.ACCESS_REFUSED, f"deletion of system exchange '{name}' {self._where()} not allowed"
+                C.ACCESS_REFUSED,
+                f"deletion of system exchange '{name}' {self._where()} not allowed",
             )
         exchange = self.exchanges.get(name)
         if exchange is None:
             return  # deleting what is not there is fine, as in RabbitMQ 3.x
         if if_unused and exchange.bindings:
-            raise ChannelError(
-                C.PRECONDITION_FAILED, f"exchange '{name}' {self._where()} in use"
-            )
+            raise ChannelError(C.PRECONDITION_FAILED, f"exchange '{name}' {self._where()} in use")
         self._remove_exchange(exchange)
 
     def _remove_exchange(self, exchange: Exchange) -> None:
@@ -179,8 +193,15 @@ class VirtualHost:
     # -- queues -----------------------------------------------------------------
 
     def declare_queue(
-        self, name: str, connection: object, *, passive: bool, durable: bool,
-        exclusive: bool, auto_delete: bool, arguments: dict[str, Any],
+        self,
+        name: str,
+        connection: object,
+        *,
+        passive: bool,
+        durable: bool,
+        exclusive: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
     ) -> Queue:
         if passive:
             return self.get_queue(name, connection)
@@ -215,8 +236,13 @@ class VirtualHost:
             self._check_equivalent_args(existing.arguments, arguments, what, None)
             return existing
         queue = Queue(
-            name, self.name, self.scheduler, durable=durable,
-            exclusive_owner=connection if exclusive else None, auto_delete=auto_delete,
+            name,
+            self.name,
+            self.scheduler,
+            self.memory,
+            durable=durable,
+            exclusive_owner=connection if exclusive else None,
+            auto_delete=auto_delete,
             arguments=arguments,
         )
         queue.on_unused = self._auto_delete_queue
@@ -255,7 +281,10 @@ class VirtualHost:
     # -- bindings ---------------------------------------------------------------
 
     def bind(
-        self, source_name: str, destination: Destination, routing_key: str,
+        self,
+        source_name: str,
+        destination: Destination,
+        routing_key: str,
         arguments: dict[str, Any],
     ) -> None:
         if source_name == "" or destination is self.default_exchange:
@@ -265,14 +294,17 @@ class VirtualHost:
             check_x_match(arguments)
         binding = Binding(source, destination, routing_key, arguments)
         if source.bind(binding):
-            back_key = binding.key + (id(source),)
+            back_key = (*binding.key, id(source))
             if isinstance(destination, Queue):
                 destination.bindings[back_key] = binding
             else:
                 destination.bound_from[back_key] = binding
 
     def unbind(
-        self, source_name: str, destination: Destination, routing_key: str,
+        self,
+        source_name: str,
+        destination: Destination,
+        routing_key: str,
         arguments: dict[str, Any],
     ) -> None:
         if source_name == "" or destination is self.default_exchange:
@@ -286,7 +318,10 @@ class VirtualHost:
             self._drop_binding(existing)
 
     def has_binding(
-        self, source_name: str, destination: Destination, routing_key: str,
+        self,
+        source_name: str,
+        destination: Destination,
+        routing_key: str,
         arguments: dict[str, Any],
     ) -> bool:
         source = self.exchanges.get(source_name)
@@ -297,7 +332,7 @@ class VirtualHost:
     def _drop_binding(self, binding: Binding) -> None:
         source, destination = binding.source, binding.destination
         source.unbind(binding.key)
-        back_key = binding.key + (id(source),)
+        back_key = (*binding.key, id(source))
         if isinstance(destination, Queue):
             destination.bindings.pop(back_key, None)
         else:
@@ -357,4 +392,3 @@ def _describe(value: Any) -> str:
         return "none"
     shown = _bool(value) if isinstance(value, bool) else value
     return f"the value '{shown}' of type '{wire_type_name(value)}'"
-

@@ -17,7 +17,6 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker: Broker | None = None
-        self.connections: set[AMQPConnection] = set()
         self._servers: list[asyncio.Server] = []
 
     async def start(self) -> list[tuple[str, int]]:
@@ -27,7 +26,7 @@ class BrokerServer:
         self.broker = Broker(self.config, loop)
         broker = self.broker
         server = await loop.create_server(
-            lambda: AMQPConnection(broker, self.connections),
+            lambda: AMQPConnection(broker),
             host=self.config.bind,
             port=self.config.port,
             reuse_address=True,
@@ -38,6 +37,10 @@ class BrokerServer:
         for host, port in addresses:
             log.info("kanin listening for AMQP on %s port %d", host, port)
         return addresses
+
+    @property
+    def connections(self) -> set[AMQPConnection]:
+        return self.broker.connections if self.broker is not None else set()
 
     async def stop(self) -> None:
         for server in self._servers:

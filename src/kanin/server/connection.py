@@ -52,16 +52,17 @@ class State(enum.Enum):
 
 
 class AMQPConnection(asyncio.Protocol):
-    def __init__(self, broker: Broker, registry: set[AMQPConnection]) -> None:
+    def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.config = broker.config
         self.loop = asyncio.get_running_loop()
-        self._registry = registry
+        self._registry = broker.connections
         self.state = State.HEADER
         self.transport: asyncio.Transport | None = None
         self.peer: tuple[Any, ...] = ("?", 0)
         self._header = b""
-        self.reader = FrameReader(C.FRAME_MIN_SIZE)
+        # Until tune-ok, frames may be as large as the frame_max we are about to propose.
+        self.reader = FrameReader(self.config.frame_max or 131072)
         self.channels: dict[int, Channel] = {}
         self.channel_max = self.config.channel_max
         self.frame_max = C.FRAME_MIN_SIZE
@@ -78,6 +79,8 @@ class AMQPConnection(asyncio.Protocol):
         self._bytes_in = 0
         self._bytes_out = 0
         self._timers: list[asyncio.TimerHandle] = []
+        self.is_publisher = False  # has sent basic.publish: subject to flow control
+        self.blocked = False  # reading paused by the memory alarm
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -103,11 +106,19 @@ class AMQPConnection(asyncio.Protocol):
                 self._on_frame(frame)
                 if self.state is State.CLOSED:
                     return
+            if self.is_publisher and self.broker.memory.alarm and not self.blocked:
+                self.on_memory_alarm(True)
+        except handshake.SilentClose as exc:
+            log.warning("closing connection from %s during handshake: %s", self.peer, exc)
+            self._drop()
         except ConnectionError_ as exc:
             self.fail(exc)
         except AMQPError as exc:  # a channel-level code raised where no channel applies
-            self.fail(ConnectionError_(exc.reply_code, exc.reply_text.split(" - ", 1)[-1],
-                                       exc.class_id, exc.method_id))
+            self.fail(
+                ConnectionError_(
+                    exc.reply_code, exc.reply_text.split(" - ", 1)[-1], exc.class_id, exc.method_id
+                )
+            )
         except Exception:
             log.exception("internal error on connection from %s", self.peer)
             self.fail(ConnectionError_(C.INTERNAL_ERROR, "internal error"))
@@ -125,6 +136,25 @@ class AMQPConnection(asyncio.Protocol):
             queue_vhost = self.broker.vhosts.get(queue.vhost)
             if queue_vhost is not None:
                 queue_vhost.remove_queue(queue)
+
+    def on_memory_alarm(self, alarm: bool) -> None:
+        """Block a publishing connection while the alarm lasts: stop reading from it."""
+        if self.transport is None or self.state is State.CLOSED or not self.is_publisher:
+            return
+        if alarm == self.blocked:
+            return
+        self.blocked = alarm
+        if self.client_capabilities.get("connection.blocked"):
+            method: Any = (
+                commands.Connection.Blocked(reason="low on memory")
+                if alarm
+                else commands.Connection.Unblocked()
+            )
+            self.send(encode_method(0, method))
+        if alarm:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
 
     def pause_writing(self) -> None:
         self._writable = False
@@ -214,7 +244,8 @@ class AMQPConnection(asyncio.Protocol):
             self._on_open(method)
         else:
             raise ConnectionError_(
-                C.COMMAND_INVALID, f"unexpected method {method.name} during connection handshake",
+                C.COMMAND_INVALID,
+                f"unexpected method {method.name} during connection handshake",
                 *class_and_method(method.index),
             )
 
@@ -224,19 +255,26 @@ class AMQPConnection(asyncio.Protocol):
         self.mechanism = method.mechanism
         username, password = handshake.parse_credentials(method.mechanism, method.response)
         user = self.broker.users.authenticate(username, password)
+        refusal = ""
         if user is None:
-            log.warning("login refused for user %r from %s: bad credentials", username, self.peer)
+            refusal = f"login refused for user {username!r}: bad credentials"
+        elif user.name in self.config.loopback_users and not self._from_loopback():
+            refusal = f"user {user.name!r} may only connect via localhost"
+        if refusal:
+            # Without authentication_failure_close the client gets no reason, as in RabbitMQ.
+            if not self.client_capabilities.get("authentication_failure_close"):
+                raise handshake.SilentClose(refusal)
+            log.warning("%s (from %s)", refusal, self.peer)
             raise handshake.login_refused(method.mechanism)
-        if user.name in self.config.loopback_users and not self._from_loopback():
-            log.warning("user %r may only connect from loopback, not %s", user.name, self.peer)
-            raise handshake.login_refused(method.mechanism)
+        assert user is not None
         self.user = user
         self.state = State.TUNE_OK
         self.send(
             encode_method(
                 0,
                 commands.Connection.Tune(
-                    channel_max=self.config.channel_max, frame_max=self.config.frame_max,
+                    channel_max=self.config.channel_max,
+                    frame_max=self.config.frame_max,
                     heartbeat=self.config.heartbeat_s,
                 ),
             )
@@ -244,8 +282,10 @@ class AMQPConnection(asyncio.Protocol):
 
     def _from_loopback(self) -> bool:
         host = str(self.peer[0])
-        return host.startswith("127.") or host in ("::1", "::ffff:127.0.0.1") or (
-            host.startswith("::ffff:127.")
+        return (
+            host.startswith("127.")
+            or host in ("::1", "::ffff:127.0.0.1")
+            or (host.startswith("::ffff:127."))
         )
 
     def _on_tune_ok(self, method: commands.Connection.TuneOk) -> None:
@@ -261,11 +301,13 @@ class AMQPConnection(asyncio.Protocol):
     def _on_open(self, method: commands.Connection.Open) -> None:
         vhost = self.broker.vhosts.get(method.virtual_host)
         if vhost is None:
-            raise ConnectionError_(C.NOT_ALLOWED, f"vhost {method.virtual_host} not found")
+            raise ConnectionError_(C.NOT_ALLOWED, f"vhost {method.virtual_host} not found", 10, 40)
         if vhost.name not in self.user.permissions:
             raise ConnectionError_(
                 C.NOT_ALLOWED,
                 f"access to vhost '{vhost.name}' refused for user '{self.user.name}'",
+                10,
+                40,
             )
         self.vhost = vhost
         self.state = State.OPEN
@@ -317,9 +359,13 @@ class AMQPConnection(asyncio.Protocol):
             return
         channel = self.channels.get(frame.channel)
         if isinstance(frame, MethodFrame):
+            if frame.method.__class__ is commands.Basic.Publish:
+                self.is_publisher = True
             self._on_channel_method(frame.channel, channel, frame.method)
         elif channel is None:
-            raise ConnectionError_(C.CHANNEL_ERROR, f"expected 'channel.open' on {frame.channel}")
+            raise ConnectionError_(
+                C.UNEXPECTED_FRAME, "expected method frame, got non method frame instead"
+            )
         else:
             try:
                 if isinstance(frame, HeaderFrame):
@@ -339,7 +385,8 @@ class AMQPConnection(asyncio.Protocol):
             self.send(encode_method(0, commands.Connection.UpdateSecretOk()))
         else:
             raise ConnectionError_(
-                C.COMMAND_INVALID, f"unexpected method {method.name} on channel 0",
+                C.CHANNEL_ERROR,
+                "unexpected method in connection state running",
                 *class_and_method(method.index),
             )
 
@@ -349,9 +396,9 @@ class AMQPConnection(asyncio.Protocol):
             return
         if channel is None:
             raise ConnectionError_(
-                C.CHANNEL_ERROR, f"expected 'channel.open' on {number}",
-                *class_and_method(method.index),
+                C.CHANNEL_ERROR, "expected 'channel.open'", *class_and_method(method.index)
             )
+        channel.assembler.expect_method()  # a method in the middle of a message is 505
         if isinstance(method, commands.Channel.Close):
             channel.shutdown()
             del self.channels[number]
@@ -369,10 +416,12 @@ class AMQPConnection(asyncio.Protocol):
     def _open_channel(self, number: int, channel: Channel | None) -> None:
         if channel is not None:
             raise ConnectionError_(C.CHANNEL_ERROR, "second 'channel.open' seen", 20, 10)
-        if self.channel_max and number > self.channel_max:
+        # RabbitMQ 3.10: channel_max caps how many channels are open, not their numbers.
+        if self.channel_max and len(self.channels) >= self.channel_max:
             raise ConnectionError_(
-                C.NOT_ALLOWED, f"channel number {number} exceeds negotiated channel_max "
-                f"{self.channel_max}", 20, 10,
+                C.NOT_ALLOWED,
+                f"number of channels opened ({len(self.channels)}) has reached the negotiated "
+                f"channel_max ({self.channel_max})",
             )
         self.channels[number] = Channel(number, self)
         self.send(encode_method(number, commands.Channel.OpenOk()))
@@ -409,8 +458,10 @@ class AMQPConnection(asyncio.Protocol):
             encode_method(
                 0,
                 commands.Connection.Close(
-                    reply_code=exc.reply_code, reply_text=exc.reply_text[:255],
-                    class_id=exc.class_id, method_id=exc.method_id,
+                    reply_code=exc.reply_code,
+                    reply_text=exc.reply_text[:255],
+                    class_id=exc.class_id,
+                    method_id=exc.method_id,
                 ),
             )
         )
@@ -421,6 +472,12 @@ class AMQPConnection(asyncio.Protocol):
     def close_forced(self, text: str) -> None:
         """Close from the broker side (shutdown, management): 320 CONNECTION_FORCED."""
         self.fail(ConnectionError_(C.CONNECTION_FORCED, text))
+
+    def _drop(self) -> None:
+        """Close the socket with no connection.close (handshake refusals)."""
+        self.state = State.CLOSED
+        if self.transport is not None:
+            self.transport.close()
 
     def _abort(self) -> None:
         if self.transport is not None and self.state is not State.CLOSED:
@@ -435,6 +492,8 @@ class AMQPConnection(asyncio.Protocol):
 
     def _exclusive_queues(self) -> list[Any]:
         return [
-            queue for vhost in self.broker.vhosts.values() for queue in vhost.queues.values()
+            queue
+            for vhost in self.broker.vhosts.values()
+            for queue in vhost.queues.values()
             if queue.exclusive_owner is self
         ]

@@ -15,7 +15,7 @@ from kanin.config import BrokerConfig
 
 MECHANISMS = "PLAIN AMQPLAIN"
 
-CAPABILITIES = {
+CAPABILITIES: dict[str, Any] = {
     "publisher_confirms": True,
     "exchange_exchange_bindings": True,
     "basic.nack": True,
@@ -28,19 +28,24 @@ CAPABILITIES = {
 }
 
 
+class SilentClose(Exception):
+    """A handshake failure RabbitMQ answers by closing the socket without connection.close."""
+
+
 def connection_start() -> commands.Connection.Start:
+    properties: dict[str, Any] = {
+        "capabilities": CAPABILITIES,
+        "cluster_name": f"kanin@{platform.node()}",
+        "product": "kanin",
+        "version": __version__,
+        "platform": f"Python {platform.python_version()}",
+        "copyright": "The kanin authors",
+        "information": "Licensed under the Apache License 2.0",
+    }
     return commands.Connection.Start(
         version_major=0,
         version_minor=9,
-        server_properties={
-            "capabilities": CAPABILITIES,
-            "cluster_name": f"kanin@{platform.node()}",
-            "product": "kanin",
-            "version": __version__,
-            "platform": f"Python {platform.python_version()}",
-            "copyright": "The kanin authors",
-            "information": "Licensed under the Apache License 2.0",
-        },
+        server_properties=properties,
         mechanisms=MECHANISMS,
         locales="en_US",
     )
@@ -64,9 +69,7 @@ def parse_credentials(mechanism: str, response: str | bytes) -> tuple[str, str]:
         if not isinstance(login, str | bytes) or not isinstance(password, str | bytes):
             raise ConnectionError_(C.ACCESS_REFUSED, "AMQPLAIN response lacks LOGIN or PASSWORD")
         return _text(login), _text(password)
-    raise ConnectionError_(
-        C.COMMAND_INVALID, f"unknown authentication mechanism '{mechanism}'"
-    )
+    raise SilentClose(f"unknown authentication mechanism '{mechanism}'")
 
 
 def _text(value: str | bytes) -> str:
@@ -86,7 +89,8 @@ def negotiate_tune(config: BrokerConfig, ok: commands.Connection.TuneOk) -> tupl
     channel_max = ok.channel_max or config.channel_max
     if config.channel_max and channel_max > config.channel_max:
         raise ConnectionError_(
-            C.NOT_ALLOWED, f"negotiated channel_max = {channel_max} is higher than the maximum "
+            C.NOT_ALLOWED,
+            f"negotiated channel_max = {channel_max} is higher than the maximum "
             f"allowed value ({config.channel_max})",
         )
     frame_max = ok.frame_max or config.frame_max
@@ -95,7 +99,7 @@ def negotiate_tune(config: BrokerConfig, ok: commands.Connection.TuneOk) -> tupl
             C.NOT_ALLOWED, f"frame_max={frame_max} > {config.frame_max} max size"
         )
     if frame_max and frame_max < C.FRAME_MIN_SIZE:
-        raise ConnectionError_(C.NOT_ALLOWED, f"frame_max={frame_max} < {C.FRAME_MIN_SIZE} min size")
+        raise SilentClose(f"frame_max={frame_max} < {C.FRAME_MIN_SIZE} min size")
     return channel_max, frame_max, ok.heartbeat
 
 

@@ -33,8 +33,7 @@ class EmbeddedBroker:
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run fn on the broker's loop and return its result (for introspection)."""
-        future: asyncio.Future[T] = asyncio.run_coroutine_threadsafe(_call(fn), self.loop)  # type: ignore[assignment]
-        return future.result(timeout=10)
+        return asyncio.run_coroutine_threadsafe(_call(fn), self.loop).result(timeout=10)
 
 
 async def _call(fn: Callable[[], T]) -> T:

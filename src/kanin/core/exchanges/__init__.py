@@ -9,8 +9,7 @@ from kanin.core.exchanges.headers import HeadersExchange
 from kanin.core.exchanges.topic import TopicExchange
 
 EXCHANGE_TYPES: dict[str, type[Exchange]] = {
-    cls.type_name: cls
-    for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
+    cls.type_name: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
 }
 
 __all__ = [

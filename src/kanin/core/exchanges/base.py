@@ -24,7 +24,10 @@ class Binding:
     __slots__ = ("arguments", "destination", "key", "routing_key", "source")
 
     def __init__(
-        self, source: Exchange, destination: Destination, routing_key: str,
+        self,
+        source: Exchange,
+        destination: Destination,
+        routing_key: str,
         arguments: dict[str, Any],
     ) -> None:
         self.source = source
@@ -38,8 +41,12 @@ class Exchange:
     type_name: ClassVar[str] = ""
 
     def __init__(
-        self, name: str, durable: bool = False, auto_delete: bool = False,
-        internal: bool = False, arguments: dict[str, Any] | None = None,
+        self,
+        name: str,
+        durable: bool = False,
+        auto_delete: bool = False,
+        internal: bool = False,
+        arguments: dict[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.durable = durable

@@ -60,7 +60,9 @@ class TopicExchange(Exchange):
         if cached is not None:
             return cached
         result = [
-            b.destination for b in self.bindings.values() if topic_matches(b.routing_key, routing_key)
+            b.destination
+            for b in self.bindings.values()
+            if topic_matches(b.routing_key, routing_key)
         ]
         if len(self._cache) >= _CACHE_LIMIT:
             self._cache.clear()
