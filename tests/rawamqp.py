@@ -6,10 +6,18 @@ sends whatever it is told to. Frames are built and parsed with pamqp.
     with RawClient.connect(host, port) as c:
         tune = c.handshake()                         # start/start-ok/tune/tune-ok/open
         c.open_channel(1)
-        c.send_method(1, commands.Queue.Declare(queue="q", passive=True))
-        close = c.expect(commands.Channel.Close)     # -> pamqp method object
-        c.send_raw(b"\\x01\\x00\\x01...")             # arbitrary bytes
+        c.rpc(1, commands.Queue.Declare(queue="q"), commands.Queue.DeclareOk)
+        c.publish(1, b"body", routing_key="q")       # publish + header + body frames
+        c.rpc(1, commands.Basic.Get(queue="q"), commands.Basic.GetOk)
+        content_header, chunks = c.read_content(1)   # header + payload of each body frame
+        c.send_method(1, commands.Queue.Declare(queue="nope", passive=True))
+        close = c.expect(commands.Channel.Close, channel=1)  # -> pamqp method object
+        c.send_raw(build_frame(7, 1, b"abc"))        # arbitrary bytes
+        close = c.expect_connection_close()          # answers close-ok for you
         assert c.wait_closed(timeout=5)              # server closed the socket
+
+Helpers: build_frame (any type/payload/frame-end), method_payload (any class/method
+id), frames_until_closed (everything the server sends until it hangs up).
 
 Every read has a timeout; `read_frame` raises TimeoutError when nothing
 arrives in time and ConnectionClosedError when the server closes the socket.
@@ -71,7 +79,8 @@ class RawClient:
         self._buffer = b""
         self._eof = False
         self.start: commands.Connection.Start | None = None
-        self.tune: commands.Connection.Tune | None = None
+        self.tune: commands.Connection.Tune | None = None  # what the server proposed
+        self.tune_ok: commands.Connection.TuneOk | None = None  # what we answered
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -122,17 +131,21 @@ class RawClient:
         properties: commands.Basic.Properties | None = None,
         mandatory: bool = False,
     ) -> None:
-        """basic.publish + content header + one body frame, in a single write."""
+        """basic.publish + content header + body frames, in a single write. The body is
+        split at the negotiated frame_max - 8 (131072 - 8 before tuning)."""
         method = commands.Basic.Publish(
             exchange=exchange, routing_key=routing_key, mandatory=mandatory
         )
         content = header.ContentHeader(
             0, len(body_bytes), properties or commands.Basic.Properties()
         )
-        data = frame.marshal(method, channel) + frame.marshal(content, channel)
-        if body_bytes:
-            data += frame.marshal(body.ContentBody(body_bytes), channel)
-        self.send_raw(data)
+        negotiated = self.tune_ok.frame_max if self.tune_ok is not None else 0
+        step = (negotiated or 131072) - 8
+        parts = [frame.marshal(method, channel), frame.marshal(content, channel)]
+        for offset in range(0, len(body_bytes), step):
+            chunk = body_bytes[offset : offset + step]
+            parts.append(frame.marshal(body.ContentBody(chunk), channel))
+        self.send_raw(b"".join(parts))
 
     # -- receiving ---------------------------------------------------------------------------
 
@@ -282,14 +295,12 @@ class RawClient:
             ),
         )
         self.tune = self.expect(commands.Connection.Tune, 0, timeout)
-        self.send_method(
-            0,
-            commands.Connection.TuneOk(
-                channel_max=self.tune.channel_max if channel_max is None else channel_max,
-                frame_max=self.tune.frame_max if frame_max is None else frame_max,
-                heartbeat=heartbeat,
-            ),
+        self.tune_ok = commands.Connection.TuneOk(
+            channel_max=self.tune.channel_max if channel_max is None else channel_max,
+            frame_max=self.tune.frame_max if frame_max is None else frame_max,
+            heartbeat=heartbeat,
         )
+        self.send_method(0, self.tune_ok)
         if open_connection:
             self.send_method(0, commands.Connection.Open(virtual_host=vhost))
             self.expect(commands.Connection.OpenOk, 0, timeout)

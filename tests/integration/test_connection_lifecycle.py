@@ -105,7 +105,7 @@ def test_closing_channel_ignores_methods_until_close_ok(
 # -- closing ------------------------------------------------------------------------------------
 
 
-def test_client_connection_close_gets_close_ok_then_socket_closes(broker: Any) -> None:
+def test_client_connection_close_gets_close_ok(broker: Any) -> None:
     with raw_client(broker) as client:
         client.handshake()
         client.open_channel(1)

@@ -1,0 +1,92 @@
+"""`kanin server` as a user runs it: a real process, a real port, a clean SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pika
+import pytest
+
+pytestmark = pytest.mark.kanin_only
+
+
+def start_server(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1",
+         "--data-dir", str(data_dir), *extra],
+        stderr=subprocess.PIPE, text=True,
+    )
+    assert process.stderr is not None
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        match = re.search(r"listening for AMQP on \S+ port (\d+)", line)
+        if match:
+            return process, int(match.group(1))
+        if process.poll() is not None:
+            break
+    process.kill()
+    raise AssertionError("kanin server did not report its port")
+
+
+def test_sigterm_closes_clients_with_320_and_exits_cleanly(tmp_path: Path) -> None:
+    process, port = start_server(tmp_path / "data")
+    try:
+        assert (tmp_path / "data").is_dir()
+        connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
+        channel = connection.channel()
+        channel.queue_declare("cli-check")
+        channel.basic_publish("", "cli-check", b"hello")
+        assert channel.basic_get("cli-check", auto_ack=True)[2] == b"hello"
+        process.send_signal(signal.SIGTERM)
+        with pytest.raises(pika.exceptions.ConnectionClosedByBroker) as info:
+            connection.process_data_events(time_limit=5)
+            connection.process_data_events(time_limit=5)
+        assert info.value.reply_code == 320
+        assert info.value.reply_text == "CONNECTION_FORCED - broker shutdown"
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_python_dash_m_and_help(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "kanin", "server", "--help"], capture_output=True, text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0
+    for flag in ("--port", "--bind", "--data-dir"):
+        assert flag in result.stdout
+
+
+def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
+    first, port = start_server(tmp_path / "one")
+    try:
+        second = subprocess.run(
+            [sys.executable, "-m", "kanin", "server", "--port", str(port), "--bind", "127.0.0.1",
+             "--data-dir", str(tmp_path / "two")],
+            capture_output=True, text=True, timeout=30, env={**os.environ},
+        )
+        assert second.returncode == 1
+        assert "kanin: cannot start:" in second.stderr
+        assert "address already in use" in second.stderr.lower()
+    finally:
+        first.send_signal(signal.SIGINT)
+        assert first.wait(timeout=10) == 0
+
+
+def test_invalid_port_is_a_usage_error() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "kanin", "server", "--port", "70000"], capture_output=True,
+        text=True, timeout=30,
+    )
+    assert result.returncode == 2
+    assert "port must be 0..65535, got 70000" in result.stderr

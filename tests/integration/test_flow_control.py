@@ -1,0 +1,111 @@
+"""Flow control (SPEC §1): above the memory watermark publishers are blocked, not killed.
+
+kanin's watermark counts the bytes of queued message bodies (ready or unacked), so a
+small configured watermark makes the alarm deterministic in a test.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Any
+
+import pika
+import pytest
+
+pytestmark = pytest.mark.kanin_only
+
+BrokerFactory = Callable[..., AbstractContextManager[Any]]
+WATERMARK = 64 * 1024
+BODY = b"x" * 1024
+
+
+def params(port: int) -> pika.ConnectionParameters:
+    return pika.ConnectionParameters("127.0.0.1", port, blocked_connection_timeout=None)
+
+
+def test_publisher_is_blocked_above_watermark_and_unblocked_after_drain(
+    broker_factory: BrokerFactory, unique: Callable[[str], str]
+) -> None:
+    queue = unique("flow")
+    with broker_factory(memory_high_watermark_bytes=WATERMARK) as broker:
+        publisher = pika.BlockingConnection(params(broker.port))
+        events: list[str] = []
+        publisher.add_on_connection_blocked_callback(lambda *_: events.append("blocked"))
+        publisher.add_on_connection_unblocked_callback(lambda *_: events.append("unblocked"))
+        channel = publisher.channel()
+        channel.queue_declare(queue)
+        # No confirms here: a blocking confirm would wait on the very socket kanin stopped reading.
+        # Fill past the watermark: 70 KiB of bodies against a 64 KiB watermark.
+        for _ in range(70):
+            channel.basic_publish("", queue, BODY)
+        deadline = time.monotonic() + 5
+        while "blocked" not in events and time.monotonic() < deadline:
+            publisher.process_data_events(time_limit=0.1)
+        assert events == ["blocked"]
+        assert broker.call(lambda: broker.server.broker.memory.alarm) is True
+
+        # Another connection is still served: a consumer drains the queue with acks.
+        consumer = pika.BlockingConnection(params(broker.port))
+        drain = consumer.channel()
+        drained = 0
+        while drained < 70:
+            method, _, body = drain.basic_get(queue)
+            if method is None:
+                break
+            assert body == BODY
+            drain.basic_ack(method.delivery_tag)
+            drained += 1
+        assert drained == 70
+
+        deadline = time.monotonic() + 5
+        while events[-1] != "unblocked" and time.monotonic() < deadline:
+            publisher.process_data_events(time_limit=0.1)
+        # The publishes still in the socket when reading stopped are read after the first
+        # unblock and may cross the watermark again: blocks and unblocks alternate.
+        assert events[-1] == "unblocked"
+        assert events == ["blocked", "unblocked"] * (len(events) // 2)
+        # The publisher's connection is read again: a new publish is confirmed.
+        channel.confirm_delivery()
+        channel.basic_publish("", queue, b"after")
+        assert drain.basic_get(queue, auto_ack=True)[2] == b"after"
+        consumer.close()
+        publisher.close()
+
+
+def test_blocked_publisher_loses_nothing(
+    broker_factory: BrokerFactory, unique: Callable[[str], str]
+) -> None:
+    """Publishes sent while blocked are held in the socket, then all arrive."""
+    queue = unique("flowall")
+    total = 200
+    with broker_factory(memory_high_watermark_bytes=WATERMARK) as broker:
+        setup = pika.BlockingConnection(params(broker.port))
+        setup.channel().queue_declare(queue)
+
+        def publish_all() -> None:
+            connection = pika.BlockingConnection(params(broker.port))
+            channel = connection.channel()
+            for index in range(total):
+                channel.basic_publish("", queue, BODY[:-4] + index.to_bytes(4, "big"))
+            connection.process_data_events(time_limit=0.5)
+            connection.close()
+
+        publishing = threading.Thread(target=publish_all)
+        publishing.start()
+        channel = setup.channel()
+        seen: set[int] = set()
+        deadline = time.monotonic() + 20
+        while len(seen) < total and time.monotonic() < deadline:
+            method, _, body = channel.basic_get(queue)
+            if method is None:
+                setup.process_data_events(time_limit=0.02)
+                continue
+            seen.add(int.from_bytes(body[-4:], "big"))
+            channel.basic_ack(method.delivery_tag)
+        publishing.join(timeout=20)
+        assert not publishing.is_alive()
+        assert seen == set(range(total))
+        setup.close()
