@@ -281,12 +281,7 @@ class AMQPConnection(asyncio.Protocol):
         )
 
     def _from_loopback(self) -> bool:
-        host = str(self.peer[0])
-        return (
-            host.startswith("127.")
-            or host in ("::1", "::ffff:127.0.0.1")
-            or (host.startswith("::ffff:127."))
-        )
+        return handshake.is_loopback(str(self.peer[0]))
 
     def _on_tune_ok(self, method: commands.Connection.TuneOk) -> None:
         self.channel_max, self.frame_max, self.heartbeat_s = handshake.negotiate_tune(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import platform
 import struct
 from typing import Any
@@ -106,3 +107,14 @@ def negotiate_tune(config: BrokerConfig, ok: commands.Connection.TuneOk) -> tupl
 def client_capabilities(client_properties: dict[str, Any] | None) -> dict[str, Any]:
     capabilities = (client_properties or {}).get("capabilities")
     return capabilities if isinstance(capabilities, dict) else {}
+
+
+def is_loopback(host: str) -> bool:
+    """Is a peer address loopback (127.0.0.0/8, ::1, or IPv4-mapped 127.x)?"""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
