@@ -7,12 +7,24 @@ from pathlib import Path
 
 
 @dataclass(frozen=True)
+class PermissionSpec:
+    """RabbitMQ-style permissions of one user in one vhost: three regexes."""
+
+    vhost: str
+    configure: str = ".*"
+    write: str = ".*"
+    read: str = ".*"
+
+
+@dataclass(frozen=True)
 class UserSpec:
-    """A user created at first start when the user store is empty."""
+    """A user created at start. Without explicit permissions it gets full access to the
+    default vhost, as RabbitMQ's default user does."""
 
     name: str
     password: str
     tags: tuple[str, ...] = ("administrator",)
+    permissions: tuple[PermissionSpec, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -36,6 +48,8 @@ class BrokerConfig:
     )
     loopback_users: tuple[str, ...] = ("guest",)
     default_vhost: str = "/"
+    # Further vhosts created at start.
+    vhosts: tuple[str, ...] = ()
 
     # Flow control: above this many bytes of queued message bodies, publishers are blocked.
     memory_high_watermark_bytes: int = 2 * 1024**3

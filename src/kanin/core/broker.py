@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from kanin.config import BrokerConfig
+from kanin.config import BrokerConfig, PermissionSpec
 from kanin.core.auth import Permission, UserStore
 from kanin.core.memory import MemoryMonitor
 from kanin.core.queue import Queue
@@ -30,10 +30,16 @@ class Broker:
         self.vhosts: dict[str, VirtualHost] = {}
         # Channels holding a direct reply-to consumer, by the key in their reply-to address.
         self.reply_channels: dict[str, Channel] = {}
-        self.add_vhost(config.default_vhost)
+        for vhost_name in (config.default_vhost, *config.vhosts):
+            self.add_vhost(vhost_name)
         for spec in config.default_users:
             self.users.add_user(spec.name, spec.password, spec.tags)
-            self.users.set_permissions(spec.name, config.default_vhost, Permission())
+            grants = spec.permissions
+            if grants is None:
+                grants = (PermissionSpec(config.default_vhost),)
+            for grant in grants:
+                permission = Permission(grant.configure, grant.write, grant.read)
+                self.users.set_permissions(spec.name, grant.vhost, permission)
 
     def add_vhost(self, name: str) -> VirtualHost:
         vhost = VirtualHost(name, self.scheduler, self.memory)

@@ -17,8 +17,8 @@ def check_permission(port: ConnectionPort, kind: str, resource: str, name: str) 
     permission = user.permissions.get(vhost.name)
     if permission is not None and permission.allows(kind, name):
         return
+    # RabbitMQ 3.10 does not say which of the three permissions was missing.
     raise ChannelError(
         C.ACCESS_REFUSED,
-        f"{kind} access to {resource} '{name}' in vhost '{vhost.name}' refused for user "
-        f"'{user.name}'",
+        f"access to {resource} '{name}' in vhost '{vhost.name}' refused for user '{user.name}'",
     )
