@@ -85,6 +85,8 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
             auto_delete=method.auto_delete,
             arguments=method.arguments or {},
         )
+    if queue.exclusive_owner is port:
+        port.exclusive_queues.add(queue)
     channel.last_queue_name = queue.name
     if not method.nowait:
         channel.send_method(

@@ -8,6 +8,7 @@ if TYPE_CHECKING:
     from kanin.core.auth import User
     from kanin.core.broker import Broker
     from kanin.core.channel import Channel
+    from kanin.core.queue import Queue
     from kanin.core.vhost import VirtualHost
 
 
@@ -17,6 +18,7 @@ class ConnectionPort(Protocol):
     vhost: VirtualHost
     frame_max: int
     client_capabilities: dict[str, Any]
+    exclusive_queues: set[Queue]  # the connection deletes them when it closes
 
     @property
     def writable(self) -> bool:

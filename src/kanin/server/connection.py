@@ -31,6 +31,7 @@ from kanin.server import handshake
 if TYPE_CHECKING:
     from kanin.core.auth import User
     from kanin.core.broker import Broker
+    from kanin.core.queue import Queue
     from kanin.core.vhost import VirtualHost
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ class AMQPConnection(asyncio.Protocol):
         self._timers: list[asyncio.TimerHandle] = []
         self.is_publisher = False  # has sent basic.publish: subject to flow control
         self.blocked = False  # reading paused by the memory alarm
+        self.exclusive_queues: set[Queue] = set()  # deleted when this connection closes
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -132,10 +134,10 @@ class AMQPConnection(asyncio.Protocol):
             channel.shutdown()
         self.channels.clear()
         self._out.clear()
-        for queue in list(self._exclusive_queues()):
-            queue_vhost = self.broker.vhosts.get(queue.vhost)
-            if queue_vhost is not None:
-                queue_vhost.remove_queue(queue)
+        for queue in list(self.exclusive_queues):
+            if not queue.deleted:
+                self.vhost.remove_queue(queue)
+        self.exclusive_queues.clear()
 
     def on_memory_alarm(self, alarm: bool) -> None:
         """Block a publishing connection while the alarm lasts: stop reading from it."""
@@ -393,6 +395,13 @@ class AMQPConnection(asyncio.Protocol):
             raise ConnectionError_(
                 C.CHANNEL_ERROR, "expected 'channel.open'", *class_and_method(method.index)
             )
+        if channel.closing:
+            # We sent channel.close: drop everything until the peer's close or close-ok.
+            if isinstance(method, commands.Channel.Close | commands.Channel.CloseOk):
+                del self.channels[number]
+                if isinstance(method, commands.Channel.Close):
+                    self.send(encode_method(number, commands.Channel.CloseOk()))
+            return
         channel.assembler.expect_method()  # a method in the middle of a message is 505
         if isinstance(method, commands.Channel.Close):
             channel.shutdown()
@@ -400,9 +409,7 @@ class AMQPConnection(asyncio.Protocol):
             self.send(encode_method(number, commands.Channel.CloseOk()))
             return
         if isinstance(method, commands.Channel.CloseOk):
-            if channel.closing:
-                del self.channels[number]
-            return
+            return  # close-ok for a close we never sent: nothing to do
         try:
             channel.handle_method(method)
         except ChannelError as exc:
@@ -484,11 +491,3 @@ class AMQPConnection(asyncio.Protocol):
             channel.shutdown()
         self.channels.clear()
         self._dirty_channels.clear()
-
-    def _exclusive_queues(self) -> list[Any]:
-        return [
-            queue
-            for vhost in self.broker.vhosts.values()
-            for queue in vhost.queues.values()
-            if queue.exclusive_owner is self
-        ]
