@@ -90,3 +90,23 @@ def test_invalid_port_is_a_usage_error() -> None:
     )
     assert result.returncode == 2
     assert "port must be 0..65535, got 70000" in result.stderr
+
+
+def test_default_bind_listens_on_ipv4_and_ipv6(tmp_path: Path) -> None:
+    # Without --bind, kanin listens on every interface of both families, as RabbitMQ does.
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kanin", "server", "--port", "0", "--data-dir", str(tmp_path)],
+        stderr=subprocess.PIPE, text=True,
+    )
+    assert process.stderr is not None
+    try:
+        hosts = []
+        deadline = time.monotonic() + 15
+        while len(hosts) < 2 and time.monotonic() < deadline:
+            match = re.search(r"listening for AMQP on (\S+) port (\d+)", process.stderr.readline())
+            if match:
+                hosts.append(match.group(1))
+        assert sorted(hosts) == ["0.0.0.0", "::"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
