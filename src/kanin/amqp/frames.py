@@ -17,6 +17,7 @@ import struct
 from typing import Any
 
 from pamqp import commands
+from pamqp import header as pamqp_header
 
 from kanin.amqp import constants as C
 from kanin.amqp import methods
@@ -160,8 +161,6 @@ def decode_header(channel: int, payload: bytes) -> HeaderFrame:
 
 def decode_properties(header_payload: bytes) -> commands.Basic.Properties:
     """Decode the basic properties of a content header payload (slow path)."""
-    from pamqp import header as pamqp_header
-
     content_header = pamqp_header.ContentHeader()
     try:
         content_header.unmarshal(header_payload)

@@ -102,8 +102,6 @@ class Channel:
             self._publish(content)
 
     def _publish(self, content: Content) -> None:
-        from kanin.core.publishing import publish
-
         try:
             publish(self, content)
         except AMQPError as exc:
@@ -274,9 +272,6 @@ class Channel:
         self.shutdown()
 
 
-def _register_handlers() -> None:
-    # Imported for their @handles registrations.
-    from kanin.core import handlers_basic, handlers_topology  # noqa: F401
-
-
-_register_handlers()
+# Imported last: these modules import Channel, and register their handlers with @handles.
+from kanin.core import handlers_basic, handlers_topology  # noqa: E402, F401
+from kanin.core.publishing import publish  # noqa: E402
