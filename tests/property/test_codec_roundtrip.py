@@ -7,7 +7,6 @@ import datetime
 import itertools
 from typing import Any, cast
 
-import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -82,22 +81,36 @@ field_tables = st.dictionaries(table_keys, field_values, max_size=6)
 
 methods = st.one_of(
     st.builds(
-        commands.Basic.Publish, exchange=names, routing_key=shortstr(), mandatory=st.booleans(),
+        commands.Basic.Publish,
+        exchange=names,
+        routing_key=shortstr(),
+        mandatory=st.booleans(),
         immediate=st.booleans(),
     ),
     st.builds(
-        commands.Basic.Deliver, consumer_tag=shortstr(), delivery_tag=delivery_tags,
-        redelivered=st.booleans(), exchange=names, routing_key=shortstr(),
+        commands.Basic.Deliver,
+        consumer_tag=shortstr(),
+        delivery_tag=delivery_tags,
+        redelivered=st.booleans(),
+        exchange=names,
+        routing_key=shortstr(),
     ),
     st.builds(commands.Basic.Ack, delivery_tag=delivery_tags, multiple=st.booleans()),
     st.builds(
-        commands.Basic.Nack, delivery_tag=delivery_tags, multiple=st.booleans(),
+        commands.Basic.Nack,
+        delivery_tag=delivery_tags,
+        multiple=st.booleans(),
         requeue=st.booleans(),
     ),
     st.builds(commands.Basic.Reject, delivery_tag=delivery_tags, requeue=st.booleans()),
     st.builds(
-        commands.Basic.Consume, queue=names, consumer_tag=shortstr(), no_local=st.booleans(),
-        no_ack=st.booleans(), exclusive=st.booleans(), nowait=st.booleans(),
+        commands.Basic.Consume,
+        queue=names,
+        consumer_tag=shortstr(),
+        no_local=st.booleans(),
+        no_ack=st.booleans(),
+        exclusive=st.booleans(),
+        nowait=st.booleans(),
         arguments=field_tables,
     ),
     st.builds(
@@ -105,31 +118,55 @@ methods = st.one_of(
     ),
     st.builds(commands.Basic.Get, queue=names, no_ack=st.booleans()),
     st.builds(
-        commands.Basic.GetOk, delivery_tag=delivery_tags, redelivered=st.booleans(),
-        exchange=names, routing_key=shortstr(), message_count=longs,
+        commands.Basic.GetOk,
+        delivery_tag=delivery_tags,
+        redelivered=st.booleans(),
+        exchange=names,
+        routing_key=shortstr(),
+        message_count=longs,
     ),
     st.builds(
-        commands.Queue.Declare, queue=names, passive=st.booleans(), durable=st.booleans(),
-        exclusive=st.booleans(), auto_delete=st.booleans(), nowait=st.booleans(),
+        commands.Queue.Declare,
+        queue=names,
+        passive=st.booleans(),
+        durable=st.booleans(),
+        exclusive=st.booleans(),
+        auto_delete=st.booleans(),
+        nowait=st.booleans(),
         arguments=field_tables,
     ),
     st.builds(
-        commands.Exchange.Declare, exchange=names, exchange_type=names, passive=st.booleans(),
-        durable=st.booleans(), auto_delete=st.booleans(), internal=st.booleans(),
-        nowait=st.booleans(), arguments=field_tables,
+        commands.Exchange.Declare,
+        exchange=names,
+        exchange_type=names,
+        passive=st.booleans(),
+        durable=st.booleans(),
+        auto_delete=st.booleans(),
+        internal=st.booleans(),
+        nowait=st.booleans(),
+        arguments=field_tables,
     ),
     st.builds(
-        commands.Connection.Start, version_major=octets, version_minor=octets,
-        server_properties=field_tables, mechanisms=st.text(min_size=1, max_size=40),
+        commands.Connection.Start,
+        version_major=octets,
+        version_minor=octets,
+        server_properties=field_tables,
+        mechanisms=st.text(min_size=1, max_size=40),
         locales=st.text(min_size=1, max_size=40),
     ),
     st.builds(commands.Connection.Tune, channel_max=shorts, frame_max=longs, heartbeat=shorts),
     st.builds(
-        commands.Connection.Close, reply_code=shorts, reply_text=shortstr(), class_id=shorts,
+        commands.Connection.Close,
+        reply_code=shorts,
+        reply_text=shortstr(),
+        class_id=shorts,
         method_id=shorts,
     ),
     st.builds(
-        commands.Channel.Close, reply_code=shorts, reply_text=shortstr(), class_id=shorts,
+        commands.Channel.Close,
+        reply_code=shorts,
+        reply_text=shortstr(),
+        class_id=shorts,
         method_id=shorts,
     ),
 )
@@ -202,7 +239,9 @@ properties = st.builds(
 
 @settings(max_examples=400, deadline=None)
 @given(
-    props=properties, body_size=st.integers(0, 2**63 - 1), channel=st.integers(1, 2**16 - 1),
+    props=properties,
+    body_size=st.integers(0, 2**63 - 1),
+    channel=st.integers(1, 2**16 - 1),
     cuts=chunk_cuts,
 )
 def test_content_header_properties_round_trip(
@@ -346,9 +385,7 @@ class UnackedMachine(RuleBasedStateMachine):
         assert [r.tag for r in records] == sorted(self.model)
 
 
-UnackedMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=40, deadline=None
-)
+UnackedMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None)
 TestUnackedLedgerModel = UnackedMachine.TestCase
 
 
@@ -461,11 +498,6 @@ def test_confirm_ledger_only_multiple_acks_when_coalescing_is_safe(
         assert all(not multiple for _, multiple in acks[1:])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kanin bug: ConfirmLedger.drain (core/confirms.py) cuts the multiple-ack run off at "
-    "the smallest pending seq only, not at the smallest nack of the same drain as RabbitMQ does",
-)
 @settings(max_examples=300, deadline=None)
 @given(ops=confirm_ops)
 @example(ops=[("publish", "nack"), ("publish", "ack"), ("publish", "ack"), ("drain",)])
@@ -479,4 +511,3 @@ def test_confirm_ledger_nacks_never_covered_by_a_later_multiple_ack(
         for tag, multiple in acks:
             if multiple:
                 assert not [n for n in nacks if n < tag], (nacks, acks)
-

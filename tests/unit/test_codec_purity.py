@@ -30,8 +30,10 @@ def imported_modules(tree: ast.AST) -> set[str]:
         elif isinstance(node, ast.Call):
             # __import__("os") / importlib.import_module("os")
             func = node.func
-            called = func.id if isinstance(func, ast.Name) else (
-                func.attr if isinstance(func, ast.Attribute) else ""
+            called = (
+                func.id
+                if isinstance(func, ast.Name)
+                else (func.attr if isinstance(func, ast.Attribute) else "")
             )
             if called in ("__import__", "import_module") and node.args:
                 first = node.args[0]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from kanin.core.confirms import ConfirmLedger
 
 
@@ -126,12 +124,6 @@ def test_nack_from_an_earlier_drain_may_lie_below_a_later_multiple_ack() -> None
     assert ledger.drain() == ([], [(3, True)])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="kanin bug: ConfirmLedger.drain (core/confirms.py) coalesces acks below the smallest "
-    "pending seq only; RabbitMQ's coalesce_and_send also cuts off at the smallest nack of the "
-    "same batch, so a multiple ack never spans a nacked seq",
-)
 def test_multiple_ack_never_spans_a_nack_of_the_same_drain() -> None:
     ledger = ConfirmLedger()
     publish(ledger, 1, hold=True)

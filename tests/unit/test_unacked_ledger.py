@@ -202,4 +202,3 @@ def test_restored_records_are_the_same_objects() -> None:
     ledger.restore(settled)
     again = ledger.settle(0, True)
     assert [id(r) for r in again] == [id(r) for r in settled]
-

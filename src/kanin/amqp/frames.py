@@ -3,9 +3,10 @@
 Rules of this file:
 - `FrameReader.feed` takes any slice of the byte stream (one byte or many frames)
   and returns every frame completed by it; partial frames stay buffered.
-- Malformed input raises AMQPError with the reply code RabbitMQ would send
-  (501 FRAME_ERROR for framing, 502 SYNTAX_ERROR for undecodable arguments,
-  540 NOT_IMPLEMENTED for unknown methods). Nothing else escapes.
+- Malformed input raises AMQPError with the reply code RabbitMQ 3.10 sends:
+  501 FRAME_ERROR for framing and undecodable arguments, 505 UNEXPECTED_FRAME
+  for a heartbeat on a channel, 503 COMMAND_INVALID for an unknown method.
+  Nothing else escapes.
 - Content header properties are kept as raw bytes: a message is delivered with
   the same header bytes it was published with, and properties are decoded only
   when routing or the broker needs them.
@@ -14,6 +15,7 @@ Rules of this file:
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 from pamqp import commands
@@ -89,35 +91,44 @@ class FrameReader:
         self._buffer = bytearray()
 
     def feed(self, data: bytes) -> list[Frame]:
+        """Every frame `data` completes, as a list (an error loses the frames before it)."""
+        return list(self.frames(data))
+
+    def frames(self, data: bytes) -> Iterator[Frame]:
+        """Every frame `data` completes, one at a time.
+
+        The caller acts on each frame before the next is parsed, so the frames that
+        precede a malformed one in the same read still take effect, as in RabbitMQ.
+        """
         buffer = self._buffer
         buffer += data
-        frames: list[Frame] = []
         offset = 0
         end = len(buffer)
-        while end - offset >= C.FRAME_HEADER_SIZE:
-            frame_type, channel, size = _FRAME_HEAD.unpack_from(buffer, offset)
-            # Checked from the header alone, so a huge announced size is refused at once.
-            # As in RabbitMQ, a payload of up to frame_max is tolerated inbound.
-            if self.frame_max and size > self.frame_max:
+        try:
+            while end - offset >= C.FRAME_HEADER_SIZE:
+                frame_type, channel, size = _FRAME_HEAD.unpack_from(buffer, offset)
+                # Checked from the header alone, so a huge announced size is refused at once.
+                # As in RabbitMQ, a payload of up to frame_max is tolerated inbound.
+                if self.frame_max and size > self.frame_max:
+                    raise frame_error(
+                        f"type {frame_type}, all octets = <<>>: "
+                        f"{{frame_too_large,{size},{self.frame_max - C.FRAME_OVERHEAD}}}"
+                    )
+                frame_end = offset + C.FRAME_HEADER_SIZE + size
+                if frame_end >= end:
+                    break
+                payload = bytes(buffer[offset + C.FRAME_HEADER_SIZE : frame_end])
+                if buffer[frame_end] != C.FRAME_END:
+                    raise frame_error(
+                        f"type {frame_type}, all octets = {erlang_binary(payload)}: "
+                        f"{{invalid_frame_end_marker,{buffer[frame_end]}}}"
+                    )
+                frame = decode_frame(frame_type, channel, payload)
+                offset = frame_end + 1
+                yield frame
+        finally:
+            if offset:
                 del buffer[:offset]
-                raise frame_error(
-                    f"type {frame_type}, all octets = <<>>: "
-                    f"{{frame_too_large,{size},{self.frame_max - C.FRAME_OVERHEAD}}}"
-                )
-            frame_end = offset + C.FRAME_HEADER_SIZE + size
-            if frame_end >= end:
-                break
-            payload = bytes(buffer[offset + C.FRAME_HEADER_SIZE : frame_end])
-            if buffer[frame_end] != C.FRAME_END:
-                raise frame_error(
-                    f"type {frame_type}, all octets = {erlang_binary(payload)}: "
-                    f"{{invalid_frame_end_marker,{buffer[frame_end]}}}"
-                )
-            frames.append(decode_frame(frame_type, channel, payload))
-            offset = frame_end + 1
-        if offset:
-            del buffer[:offset]
-        return frames
 
 
 def erlang_binary(data: bytes, limit: int = 64) -> str:

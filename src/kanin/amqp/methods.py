@@ -8,15 +8,20 @@ have small struct-based fast paths here whose output tests compare with pamqp's.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, TypeVar
 
 from pamqp import commands
+from pamqp import decode as pamqp_decode
+from pamqp import encode as pamqp_encode
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ConnectionError_
 
 _METHOD_ID = struct.Struct(">I")
 _SHORT = struct.Struct(">H")
+_LONG = struct.Struct(">I")
+
+T = TypeVar("T")
 _ACK = struct.Struct(">QB")
 _FRAME_HEAD = struct.Struct(">BHI")
 
@@ -45,11 +50,11 @@ def decode_method(payload: bytes) -> Any:
                 C.COMMAND_INVALID, f"unknown method class {class_id} method {method_id}"
             )
         method: Any = object.__new__(cls)
-        method.unmarshal(payload[4:])
+        unmarshal_arguments(method, payload, 4)
         return method
     except ConnectionError_:
         raise
-    except Exception as exc:  # pamqp raises ValueError, struct.error, IndexError, ...
+    except Exception as exc:  # ValueError, struct.error, IndexError, RecursionError, ...
         # RabbitMQ 3.10 answers undecodable arguments with 501 and the argument bytes.
         from kanin.amqp.frames import erlang_binary
 
@@ -57,6 +62,84 @@ def decode_method(payload: bytes) -> Any:
         raise ConnectionError_(
             C.FRAME_ERROR, f"cannot decode {erlang_binary(payload[4:])}", class_id, method_id
         ) from exc
+
+
+def unmarshal_arguments(method: Any, payload: bytes, offset: int) -> None:
+    """Decode a method's arguments in spec order, strictly.
+
+    pamqp's own loop trusts string lengths and ignores trailing bytes; RabbitMQ's
+    decoder matches the whole payload, so a short string or leftover bytes is an error.
+    """
+    end = len(payload)
+    bit_byte, bit_index = 0, 8  # bit_index 8: no bit octet being read
+    for name in method.__slots__:
+        data_type = method.amqp_type(name)
+        if data_type == "bit":
+            if bit_index == 8:
+                if offset >= end:
+                    raise ValueError("method arguments end inside a bit field")
+                bit_byte, bit_index = payload[offset], 0
+                offset += 1
+            setattr(method, name, bool(bit_byte & (1 << bit_index)))
+            bit_index += 1
+            continue
+        bit_index = 8
+        if data_type == "shortstr":
+            length = payload[offset]
+            offset += 1
+            value: Any = payload[offset : offset + length].decode("utf-8")
+            offset += length
+        elif data_type == "longstr":
+            (length,) = _LONG.unpack_from(payload, offset)
+            offset += 4
+            raw = payload[offset : offset + length]
+            offset += length
+            try:
+                value = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                value = raw  # SASL responses and the like may be binary
+        else:
+            consumed, value = pamqp_decode.by_type(payload[offset:], data_type)
+            offset += consumed
+        if offset > end:
+            raise ValueError(f"argument {name} runs past the end of the frame")
+        setattr(method, name, value)
+    if offset != end:
+        raise ValueError(f"{end - offset} unexpected bytes after the method arguments")
+
+
+def marshal_arguments(method: Any) -> bytes:
+    """Encode a method's arguments in spec order, without pamqp's client-side validation.
+
+    pamqp refuses names RabbitMQ accepts (any UTF-8, e.g. `~` or `é`); the broker
+    echoes names it was given, so it must be able to send them back.
+    """
+    out: list[bytes] = []
+    bit_byte, bit_index = 0, -1  # -1: no bit octet open
+    for name in method.__slots__:
+        data_type = method.amqp_type(name)
+        value = getattr(method, name, None)
+        if data_type == "bit":
+            if bit_index in (-1, 8):
+                if bit_index == 8:
+                    out.append(bytes((bit_byte,)))
+                bit_byte, bit_index = 0, 0
+            if value:
+                bit_byte |= 1 << bit_index
+            bit_index += 1
+            continue
+        if bit_index != -1:
+            out.append(bytes((bit_byte,)))
+            bit_index = -1
+        if data_type == "shortstr":
+            text = value or ""
+            encoded: bytes = text.encode() if isinstance(text, str) else bytes(text)
+            out.append(bytes((len(encoded),)) + encoded)
+        else:
+            out.append(pamqp_encode.by_type(value, data_type))
+    if bit_index != -1:
+        out.append(bytes((bit_byte,)))
+    return b"".join(out)
 
 
 def _short_str(payload: bytes, offset: int) -> tuple[str, int]:
@@ -71,6 +154,8 @@ def _decode_publish(payload: bytes) -> commands.Basic.Publish:
     offset = 6  # method id (4) + ticket (2)
     exchange, offset = _short_str(payload, offset)
     routing_key, offset = _short_str(payload, offset)
+    if offset + 1 != len(payload):
+        raise ValueError("basic.publish arguments have the wrong length")
     bits = payload[offset]
     method = commands.Basic.Publish.__new__(commands.Basic.Publish)
     method.ticket = 0
@@ -82,6 +167,8 @@ def _decode_publish(payload: bytes) -> commands.Basic.Publish:
 
 
 def _decode_ack(payload: bytes) -> commands.Basic.Ack:
+    if len(payload) != 4 + _ACK.size:
+        raise ValueError("basic.ack arguments have the wrong length")
     delivery_tag, bits = _ACK.unpack_from(payload, 4)
     method = commands.Basic.Ack.__new__(commands.Basic.Ack)
     method.delivery_tag = delivery_tag
@@ -89,9 +176,40 @@ def _decode_ack(payload: bytes) -> commands.Basic.Ack:
     return method
 
 
+_DEFAULTS = {
+    "bit": False,
+    "octet": 0,
+    "short": 0,
+    "long": 0,
+    "longlong": 0,
+    "timestamp": 0,
+    "shortstr": "",
+    "longstr": "",
+    "table": {},
+}
+
+
+def build(cls: type[T], **fields: Any) -> T:
+    """A pamqp method object, without the name validation its constructor runs.
+
+    Arguments not given take the type's zero value; unknown names are an error.
+    """
+    method: Any = object.__new__(cls)
+    slots = cls.__slots__  # type: ignore[attr-defined]
+    unknown = set(fields) - set(slots)
+    if unknown:
+        raise TypeError(f"{cls.__name__} has no arguments {sorted(unknown)}")
+    for name in slots:
+        if name in fields:
+            setattr(method, name, fields[name])
+        else:
+            setattr(method, name, _DEFAULTS[cls.amqp_type(name)])  # type: ignore[attr-defined]
+    return method  # type: ignore[no-any-return]
+
+
 def encode_method(channel: int, method: Any) -> bytes:
     """One method frame (slow path: pamqp)."""
-    body = _METHOD_ID.pack(method.index) + method.marshal()
+    body = _METHOD_ID.pack(method.index) + marshal_arguments(method)
     return b"".join((_FRAME_HEAD.pack(C.FRAME_METHOD, channel, len(body)), body, b"\xce"))
 
 
@@ -152,3 +270,11 @@ def encode_ack(channel: int, delivery_tag: int, multiple: bool) -> bytes:
 
 def encode_heartbeat() -> bytes:
     return b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+
+def short_text(text: str) -> str:
+    """Cut a reply text to what fits a shortstr: 255 bytes of UTF-8, not 255 characters."""
+    encoded = text.encode()
+    if len(encoded) <= 255:
+        return text
+    return encoded[:255].decode("utf-8", "ignore")

@@ -51,7 +51,9 @@ class Broker:
         if alarm:
             log.warning(
                 "memory alarm: %d message bytes held, above the %d byte watermark; "
-                "blocking publishers", self.memory.held_bytes, self.memory.high_watermark_bytes,
+                "blocking publishers",
+                self.memory.held_bytes,
+                self.memory.high_watermark_bytes,
             )
         else:
             log.info("memory alarm cleared; unblocking publishers")

@@ -22,11 +22,13 @@ from kanin.amqp.assembler import Content, ContentAssembler
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
 from kanin.amqp.frames import BodyFrame, HeaderFrame
 from kanin.amqp.methods import (
+    build,
     class_and_method,
     encode_ack,
     encode_content,
     encode_deliver_head,
     encode_method,
+    short_text,
 )
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
@@ -123,7 +125,9 @@ class Channel:
             return
         nacks, acks = self.confirms.drain()
         for seq in nacks:
-            self.send_method(commands.Basic.Nack(delivery_tag=seq, multiple=False, requeue=False))
+            self.send_method(
+                build(commands.Basic.Nack, delivery_tag=seq, multiple=False, requeue=False)
+            )
         for seq, multiple in acks:
             self.port.send(encode_ack(self.id, seq, multiple))
 
@@ -162,7 +166,8 @@ class Channel:
         """A direct reply-to response: no queue, no ack, straight to the waiting consumer."""
         # RabbitMQ 3.10 stamps a reply with the channel's next tag without using it up.
         tag = self.unacked.peek_tag()
-        method = commands.Basic.Deliver(
+        method = build(
+            commands.Basic.Deliver,
             consumer_tag=self.reply_consumer_tag,
             delivery_tag=tag,
             redelivered=False,
@@ -232,7 +237,7 @@ class Channel:
             return
         capabilities = self.port.client_capabilities
         if not self.closing and capabilities.get("consumer_cancel_notify"):
-            self.send_method(commands.Basic.Cancel(consumer_tag=consumer.tag, nowait=True))
+            self.send_method(build(commands.Basic.Cancel, consumer_tag=consumer.tag, nowait=True))
 
     def _drop_reply_consumer(self) -> None:
         if self.reply_key is not None:
@@ -262,9 +267,10 @@ class Channel:
     def fail(self, exc: ChannelError) -> None:
         """A channel error: send channel.close and wait for close-ok."""
         self.send_method(
-            commands.Channel.Close(
+            build(
+                commands.Channel.Close,
                 reply_code=exc.reply_code,
-                reply_text=exc.reply_text[:255],
+                reply_text=short_text(exc.reply_text),
                 class_id=exc.class_id,
                 method_id=exc.method_id,
             )

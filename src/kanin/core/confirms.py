@@ -7,7 +7,7 @@ Rules (SPEC §4, modelled on RabbitMQ's rabbit_confirms and coalesce_and_send):
   `confirm`/`reject` resolve it. Immediately-resolved publishes never enter pending.
 - `drain` turns everything resolved since the last drain into frames to send:
   nacks one by one first, then acks, coalesced: all acked seqs below the smallest
-  still-pending seq go out as one ack with multiple=true.
+  seq still pending or nacked go out as one ack with multiple=true, the rest singly.
 """
 
 from __future__ import annotations
@@ -51,7 +51,10 @@ class ConfirmLedger:
         if not acked:
             return nacks, []
         acked.sort()
-        floor = min(self._pending) if self._pending else None
+        # As RabbitMQ's coalesce_and_send: a multiple ack stops below anything not acked,
+        # still pending or nacked in this same batch.
+        unacked = [*self._pending, *nacks]
+        floor = min(unacked) if unacked else None
         below = acked if floor is None else [s for s in acked if s < floor]
         above = [] if floor is None else [s for s in acked if s > floor]
         acks: list[tuple[int, bool]] = []

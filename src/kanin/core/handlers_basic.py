@@ -9,6 +9,7 @@ from pamqp import commands
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError, ConnectionError_
+from kanin.amqp.methods import build
 from kanin.core.channel import Channel, handles
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
@@ -38,7 +39,7 @@ def basic_qos(channel: Channel, method: commands.Basic.Qos) -> None:
         # RabbitMQ 3.10: a per-consumer qos also lifts an earlier channel-wide limit.
         channel.consumer_prefetch = method.prefetch_count
         channel.global_prefetch = 0
-    channel.send_method(commands.Basic.QosOk())
+    channel.send_method(build(commands.Basic.QosOk))
 
 
 @handles(commands.Basic.Consume)
@@ -67,7 +68,7 @@ def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
     )
     # consume-ok goes out before any delivery: dispatch only runs on a later loop turn.
     if not method.nowait:
-        channel.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
+        channel.send_method(build(commands.Basic.ConsumeOk, consumer_tag=tag))
     channel.add_consumer(consumer)
 
 
@@ -83,14 +84,14 @@ def _consume_reply_to(channel: Channel, method: commands.Basic.Consume) -> None:
     channel.reply_consumer_tag = tag
     channel.port.broker.reply_channels[channel.reply_key] = channel
     if not method.nowait:
-        channel.send_method(commands.Basic.ConsumeOk(consumer_tag=tag))
+        channel.send_method(build(commands.Basic.ConsumeOk, consumer_tag=tag))
 
 
 @handles(commands.Basic.Cancel)
 def basic_cancel(channel: Channel, method: commands.Basic.Cancel) -> None:
     channel.cancel_consumer(method.consumer_tag or "")
     if not method.nowait:
-        channel.send_method(commands.Basic.CancelOk(consumer_tag=method.consumer_tag))
+        channel.send_method(build(commands.Basic.CancelOk, consumer_tag=method.consumer_tag))
 
 
 @handles(commands.Basic.Get)
@@ -100,7 +101,7 @@ def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
     check_permission(channel.port, "read", "queue", name)
     entry = queue.take()
     if entry is None:
-        channel.send_method(commands.Basic.GetEmpty())
+        channel.send_method(build(commands.Basic.GetEmpty))
         return
     tag = channel.unacked.next_tag()
     if method.no_ack:
@@ -109,7 +110,8 @@ def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
         channel.unacked.add(Unacked(tag, queue, entry, None))
     message = entry.message
     channel.send_content(
-        commands.Basic.GetOk(
+        build(
+            commands.Basic.GetOk,
             delivery_tag=tag,
             redelivered=entry.redelivered,
             exchange=message.exchange,
@@ -151,7 +153,7 @@ def basic_recover(channel: Channel, method: Any) -> None:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "requeue=false")
     channel.recover()
     if isinstance(method, commands.Basic.Recover):
-        channel.send_method(commands.Basic.RecoverOk())
+        channel.send_method(build(commands.Basic.RecoverOk))
 
 
 @handles(commands.Confirm.Select)
@@ -161,7 +163,7 @@ def confirm_select(channel: Channel, method: commands.Confirm.Select) -> None:
     if channel.confirms is None:
         channel.confirms = ConfirmLedger()
     if not method.nowait:
-        channel.send_method(commands.Confirm.SelectOk())
+        channel.send_method(build(commands.Confirm.SelectOk))
 
 
 @handles(commands.Tx.Select)
@@ -170,7 +172,7 @@ def tx_select(channel: Channel, method: commands.Tx.Select) -> None:
         raise ChannelError(C.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
     if channel.tx is None:
         channel.tx = []
-    channel.send_method(commands.Tx.SelectOk())
+    channel.send_method(build(commands.Tx.SelectOk))
 
 
 @handles(commands.Tx.Commit)
@@ -183,7 +185,7 @@ def tx_commit(channel: Channel, method: commands.Tx.Commit) -> None:
             route_and_enqueue(channel, *args)
         else:
             channel.apply_settled(*args)
-    channel.send_method(commands.Tx.CommitOk())
+    channel.send_method(build(commands.Tx.CommitOk))
 
 
 @handles(commands.Tx.Rollback)
@@ -194,11 +196,11 @@ def tx_rollback(channel: Channel, method: commands.Tx.Rollback) -> None:
     for kind, args in work:
         if kind == "settle":
             channel.unacked.restore(args[0])
-    channel.send_method(commands.Tx.RollbackOk())
+    channel.send_method(build(commands.Tx.RollbackOk))
 
 
 @handles(commands.Channel.Flow)
 def channel_flow(channel: Channel, method: commands.Channel.Flow) -> None:
     if not method.active:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "active=false")
-    channel.send_method(commands.Channel.FlowOk(active=True))
+    channel.send_method(build(commands.Channel.FlowOk, active=True))

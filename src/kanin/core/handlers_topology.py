@@ -6,6 +6,7 @@ from pamqp import commands
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError
+from kanin.amqp.methods import build
 from kanin.core.channel import Channel, handles
 from kanin.core.exchanges import Destination
 from kanin.core.permissions import check_permission
@@ -26,7 +27,7 @@ def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> Non
         arguments=method.arguments or {},
     )
     if not method.nowait:
-        channel.send_method(commands.Exchange.DeclareOk())
+        channel.send_method(build(commands.Exchange.DeclareOk))
 
 
 @handles(commands.Exchange.Delete)
@@ -34,7 +35,7 @@ def exchange_delete(channel: Channel, method: commands.Exchange.Delete) -> None:
     check_permission(channel.port, "configure", "exchange", method.exchange)
     channel.vhost.delete_exchange(method.exchange, method.if_unused)
     if not method.nowait:
-        channel.send_method(commands.Exchange.DeleteOk())
+        channel.send_method(build(commands.Exchange.DeleteOk))
 
 
 @handles(commands.Exchange.Bind, commands.Exchange.Unbind)
@@ -59,7 +60,9 @@ def exchange_bind(
     elif method.source == "":
         raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
     if not method.nowait:
-        channel.send_method(commands.Exchange.BindOk() if binding else commands.Exchange.UnbindOk())
+        channel.send_method(
+            build(commands.Exchange.BindOk) if binding else build(commands.Exchange.UnbindOk)
+        )
 
 
 @handles(commands.Queue.Declare)
@@ -68,7 +71,7 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
     if is_reply_to_name(method.queue, port.broker) and (method.passive or method.queue == REPLY_TO):
         # RabbitMQ 3.10 answers as if the pseudo-queue had one consumer.
         channel.send_method(
-            commands.Queue.DeclareOk(queue=method.queue, message_count=0, consumer_count=1)
+            build(commands.Queue.DeclareOk, queue=method.queue, message_count=0, consumer_count=1)
         )
         return
     if method.passive:
@@ -90,7 +93,8 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
     channel.last_queue_name = queue.name
     if not method.nowait:
         channel.send_method(
-            commands.Queue.DeclareOk(
+            build(
+                commands.Queue.DeclareOk,
                 queue=queue.name,
                 message_count=queue.message_count,
                 consumer_count=len(queue.consumers),
@@ -110,7 +114,7 @@ def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Un
             vhost.get_exchange(method.exchange)  # RabbitMQ reports a missing exchange first
         vhost.bind(method.exchange, vhost.get_queue(name, port), method.routing_key, arguments)
         if not method.nowait:
-            channel.send_method(commands.Queue.BindOk())
+            channel.send_method(build(commands.Queue.BindOk))
         return
     if method.exchange == "":
         raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
@@ -122,7 +126,7 @@ def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Un
     ):
         vhost.check_exclusive(queue, port)
         vhost.unbind(method.exchange, queue, method.routing_key, arguments)
-    channel.send_method(commands.Queue.UnbindOk())
+    channel.send_method(build(commands.Queue.UnbindOk))
 
 
 @handles(commands.Queue.Purge)
@@ -132,7 +136,7 @@ def queue_purge(channel: Channel, method: commands.Queue.Purge) -> None:
     check_permission(channel.port, "read", "queue", name)
     count = queue.purge()
     if not method.nowait:
-        channel.send_method(commands.Queue.PurgeOk(message_count=count))
+        channel.send_method(build(commands.Queue.PurgeOk, message_count=count))
 
 
 @handles(commands.Queue.Delete)
@@ -148,4 +152,4 @@ def queue_delete(channel: Channel, method: commands.Queue.Delete) -> None:
         check_permission(channel.port, "configure", "queue", name)
         count = vhost.delete_queue(queue, method.if_unused, method.if_empty)
     if not method.nowait:
-        channel.send_method(commands.Queue.DeleteOk(message_count=count))
+        channel.send_method(build(commands.Queue.DeleteOk, message_count=count))

@@ -19,6 +19,7 @@ from kanin.amqp import constants as C
 from kanin.amqp.assembler import Content
 from kanin.amqp.errors import ChannelError, ConnectionError_
 from kanin.amqp.frames import decode_properties
+from kanin.amqp.methods import build
 from kanin.core.message import Message
 from kanin.core.permissions import check_permission
 
@@ -77,7 +78,8 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
         routed = bool(queues)
     if not routed and mandatory:
         channel.send_content(
-            commands.Basic.Return(
+            build(
+                commands.Basic.Return,
                 reply_code=C.NO_ROUTE,
                 reply_text="NO_ROUTE",
                 exchange=message.exchange,

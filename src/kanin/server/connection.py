@@ -24,7 +24,7 @@ from pamqp import commands
 from kanin.amqp import constants as C
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
 from kanin.amqp.frames import BodyFrame, FrameReader, HeaderFrame, HeartbeatFrame, MethodFrame
-from kanin.amqp.methods import class_and_method, encode_heartbeat, encode_method
+from kanin.amqp.methods import build, class_and_method, encode_heartbeat, encode_method, short_text
 from kanin.core.channel import Channel
 from kanin.server import handshake
 
@@ -104,7 +104,7 @@ class AMQPConnection(asyncio.Protocol):
                 data = self._read_protocol_header(data)
                 if not data:
                     return
-            for frame in self.reader.feed(data):
+            for frame in self.reader.frames(data):
                 self._on_frame(frame)
                 if self.state is State.CLOSED:
                     return
@@ -148,9 +148,9 @@ class AMQPConnection(asyncio.Protocol):
         self.blocked = alarm
         if self.client_capabilities.get("connection.blocked"):
             method: Any = (
-                commands.Connection.Blocked(reason="low on memory")
+                build(commands.Connection.Blocked, reason="low on memory")
                 if alarm
-                else commands.Connection.Unblocked()
+                else build(commands.Connection.Unblocked)
             )
             self.send(encode_method(0, method))
         if alarm:
@@ -274,7 +274,8 @@ class AMQPConnection(asyncio.Protocol):
         self.send(
             encode_method(
                 0,
-                commands.Connection.Tune(
+                build(
+                    commands.Connection.Tune,
                     channel_max=self.config.channel_max,
                     frame_max=self.config.frame_max,
                     heartbeat=self.config.heartbeat_s,
@@ -308,7 +309,7 @@ class AMQPConnection(asyncio.Protocol):
             )
         self.vhost = vhost
         self.state = State.OPEN
-        self.send(encode_method(0, commands.Connection.OpenOk()))
+        self.send(encode_method(0, build(commands.Connection.OpenOk)))
 
     # -- heartbeats ----------------------------------------------------------------------
 
@@ -379,7 +380,7 @@ class AMQPConnection(asyncio.Protocol):
         if isinstance(method, commands.Connection.Close):
             self._close_requested()
         elif isinstance(method, commands.Connection.UpdateSecret):
-            self.send(encode_method(0, commands.Connection.UpdateSecretOk()))
+            self.send(encode_method(0, build(commands.Connection.UpdateSecretOk)))
         else:
             raise ConnectionError_(
                 C.CHANNEL_ERROR,
@@ -400,13 +401,13 @@ class AMQPConnection(asyncio.Protocol):
             if isinstance(method, commands.Channel.Close | commands.Channel.CloseOk):
                 del self.channels[number]
                 if isinstance(method, commands.Channel.Close):
-                    self.send(encode_method(number, commands.Channel.CloseOk()))
+                    self.send(encode_method(number, build(commands.Channel.CloseOk)))
             return
         channel.assembler.expect_method()  # a method in the middle of a message is 505
         if isinstance(method, commands.Channel.Close):
             channel.shutdown()
             del self.channels[number]
-            self.send(encode_method(number, commands.Channel.CloseOk()))
+            self.send(encode_method(number, build(commands.Channel.CloseOk)))
             return
         if isinstance(method, commands.Channel.CloseOk):
             return  # close-ok for a close we never sent: nothing to do
@@ -426,13 +427,13 @@ class AMQPConnection(asyncio.Protocol):
                 f"channel_max ({self.channel_max})",
             )
         self.channels[number] = Channel(number, self)
-        self.send(encode_method(number, commands.Channel.OpenOk()))
+        self.send(encode_method(number, build(commands.Channel.OpenOk)))
 
     # -- closing ---------------------------------------------------------------------------
 
     def _close_requested(self) -> None:
         self._shutdown_channels()
-        self.send(encode_method(0, commands.Connection.CloseOk()))
+        self.send(encode_method(0, build(commands.Connection.CloseOk)))
         self._flush()
         self.state = State.CLOSED
         if self.transport is not None:
@@ -443,7 +444,7 @@ class AMQPConnection(asyncio.Protocol):
             return
         if isinstance(frame.method, commands.Connection.CloseOk | commands.Connection.Close):
             if isinstance(frame.method, commands.Connection.Close):
-                self.send(encode_method(0, commands.Connection.CloseOk()))
+                self.send(encode_method(0, build(commands.Connection.CloseOk)))
                 self._flush()
             self.state = State.CLOSED
             if self.transport is not None:
@@ -455,13 +456,14 @@ class AMQPConnection(asyncio.Protocol):
             return
         log.info("closing connection from %s: %s", self.peer, exc.reply_text)
         self._shutdown_channels()
-        self._out.clear()
+        # Replies already queued (connection.start, open-ok, ...) still go out first.
         self.send(
             encode_method(
                 0,
-                commands.Connection.Close(
+                build(
+                    commands.Connection.Close,
                     reply_code=exc.reply_code,
-                    reply_text=exc.reply_text[:255],
+                    reply_text=short_text(exc.reply_text),
                     class_id=exc.class_id,
                     method_id=exc.method_id,
                 ),

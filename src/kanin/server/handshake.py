@@ -12,6 +12,7 @@ from pamqp import commands, decode
 from kanin import __version__
 from kanin.amqp import constants as C
 from kanin.amqp.errors import AMQPError, ConnectionError_
+from kanin.amqp.methods import build
 from kanin.config import BrokerConfig
 
 MECHANISMS = "PLAIN AMQPLAIN"
@@ -43,7 +44,8 @@ def connection_start() -> commands.Connection.Start:
         "copyright": "The kanin authors",
         "information": "Licensed under the Apache License 2.0",
     }
-    return commands.Connection.Start(
+    return build(
+        commands.Connection.Start,
         version_major=0,
         version_minor=9,
         server_properties=properties,
