@@ -79,12 +79,15 @@ class VirtualHost:
 
     def check_exclusive(self, queue: Queue, connection: object) -> None:
         if queue.exclusive_owner is not None and queue.exclusive_owner is not connection:
-            raise ChannelError(
-                C.RESOURCE_LOCKED,
-                f"cannot obtain exclusive access to locked queue '{queue.name}' {self._where()}. "
-                "It could be originally declared on another connection or the exclusive "
-                "property value does not match that of the original declaration.",
-            )
+            raise self._locked(queue.name)
+
+    def _locked(self, name: str) -> AMQPError:
+        return ChannelError(
+            C.RESOURCE_LOCKED,
+            f"cannot obtain exclusive access to locked queue '{name}' {self._where()}. "
+            "It could be originally declared on another connection or the exclusive "
+            "property value does not match that of the original declaration.",
+        )
 
     # -- exchanges --------------------------------------------------------------
 
@@ -143,17 +146,12 @@ class VirtualHost:
                 f"inequivalent arg 'type' {what}: received '{type_}' but current is "
                 f"'{existing.type_name}'",
             )
-        for field, new, old in (
+        _check_equivalent_flags(
+            what,
             ("durable", durable, existing.durable),
             ("auto_delete", auto_delete, existing.auto_delete),
             ("internal", internal, existing.internal),
-        ):
-            if new != old:
-                raise ChannelError(
-                    C.PRECONDITION_FAILED,
-                    f"inequivalent arg '{field}' {what}: received '{_bool(new)}' but current is "
-                    f"'{_bool(old)}'",
-                )
+        )
         self._check_equivalent_args(existing.arguments, arguments, what, ("alternate-exchange",))
 
     def _check_equivalent_args(
@@ -216,23 +214,13 @@ class VirtualHost:
             self.check_exclusive(existing, connection)
             if existing.exclusive != exclusive:
                 # RabbitMQ reports a lock, not an inequivalence, for a changed exclusive flag.
-                raise ChannelError(
-                    C.RESOURCE_LOCKED,
-                    f"cannot obtain exclusive access to locked queue '{name}' {self._where()}. "
-                    "It could be originally declared on another connection or the exclusive "
-                    "property value does not match that of the original declaration.",
-                )
+                raise self._locked(name)
             what = f"for queue '{name}' {self._where()}"
-            for field, new, old in (
+            _check_equivalent_flags(
+                what,
                 ("durable", durable, existing.durable),
                 ("auto_delete", auto_delete, existing.auto_delete),
-            ):
-                if new != old:
-                    raise ChannelError(
-                        C.PRECONDITION_FAILED,
-                        f"inequivalent arg '{field}' {what}: received '{_bool(new)}' but current "
-                        f"is '{_bool(old)}'",
-                    )
+            )
             self._check_equivalent_args(existing.arguments, arguments, what, None)
             return existing
         queue = Queue(
@@ -365,6 +353,17 @@ class VirtualHost:
                 if alternate is not None and alternate in self.exchanges:
                     pending.append(self.exchanges[alternate])
         return list(queues.values())
+
+
+def _check_equivalent_flags(what: str, *flags: tuple[str, bool, bool]) -> None:
+    """406 for the first (name, requested, current) flag that differs, in RabbitMQ's words."""
+    for field, new, old in flags:
+        if new != old:
+            raise ChannelError(
+                C.PRECONDITION_FAILED,
+                f"inequivalent arg '{field}' {what}: received '{_bool(new)}' but current is "
+                f"'{_bool(old)}'",
+            )
 
 
 def wire_type_name(value: Any) -> str:
