@@ -27,6 +27,7 @@ from kanin.amqp.frames import BodyFrame, FrameReader, HeaderFrame, HeartbeatFram
 from kanin.amqp.methods import build, class_and_method, encode_heartbeat, encode_method, short_text
 from kanin.core.channel import Channel
 from kanin.server import handshake
+from kanin.server.heartbeat import Heartbeat
 
 if TYPE_CHECKING:
     from kanin.core.auth import User
@@ -80,6 +81,7 @@ class AMQPConnection(asyncio.Protocol):
         self._bytes_in = 0
         self._bytes_out = 0
         self._timers: list[asyncio.TimerHandle] = []
+        self._heartbeat: Heartbeat | None = None
         self.is_publisher = False  # has sent basic.publish: subject to flow control
         self.blocked = False  # reading paused by the memory alarm
         self.exclusive_queues: set[Queue] = set()  # deleted when this connection closes
@@ -130,6 +132,8 @@ class AMQPConnection(asyncio.Protocol):
         self._registry.discard(self)
         for timer in self._timers:
             timer.cancel()
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         for channel in self.channels.values():
             channel.shutdown()
         self.channels.clear()
@@ -293,8 +297,14 @@ class AMQPConnection(asyncio.Protocol):
         self.reader.frame_max = self.frame_max
         self.state = State.OPEN_WAIT
         if self.heartbeat_s:
-            self._last_heard = self.loop.time()
-            self._schedule_heartbeat()
+            self._heartbeat = Heartbeat(
+                self.loop,
+                self.heartbeat_s,
+                lambda: (self._bytes_in, self._bytes_out + sum(map(len, self._out))),
+                lambda: self.send(encode_heartbeat()),
+                self._dead_peer,
+            )
+            self._heartbeat.start()
 
     def _on_open(self, method: commands.Connection.Open) -> None:
         vhost = self.broker.vhosts.get(method.virtual_host)
@@ -313,29 +323,11 @@ class AMQPConnection(asyncio.Protocol):
 
     # -- heartbeats ----------------------------------------------------------------------
 
-    def _schedule_heartbeat(self) -> None:
-        self._sent_at_tick = self._bytes_out
-        self._heard_at_tick = self._bytes_in
-        interval = self.heartbeat_s / 2
-        self._timers = [t for t in self._timers if not t.cancelled()]
-        self._timers.append(self.loop.call_later(interval, self._heartbeat_tick))
-
-    def _heartbeat_tick(self) -> None:
-        if self.state is State.CLOSED or self.transport is None:
-            return
-        now = self.loop.time()
-        if self._bytes_in != self._heard_at_tick:
-            self._last_heard = now
-        if now - self._last_heard >= 2 * self.heartbeat_s:
-            log.warning(
-                "missed heartbeats from %s, timeout: %ss; closing", self.peer, self.heartbeat_s
-            )
-            self.state = State.CLOSED
+    def _dead_peer(self) -> None:
+        log.warning("missed heartbeats from %s, timeout: %ss; closing", self.peer, self.heartbeat_s)
+        self.state = State.CLOSED
+        if self.transport is not None:
             self.transport.abort()
-            return
-        if self._bytes_out == self._sent_at_tick and not self._out:
-            self.send(encode_heartbeat())
-        self._schedule_heartbeat()
 
     # -- frames --------------------------------------------------------------------------
 
