@@ -183,9 +183,12 @@ class Channel:
         self._release(records)
         if requeue:
             self._requeue(records)
-        else:
+        elif requeue is None:
             for record in records:
                 record.queue.forget(record.entry)
+        else:
+            for record in records:  # nack/reject without requeue: dead-lettered if there is a DLX
+                record.queue.dead_letter([record.entry], "rejected")
 
     def _release(self, records: list[Unacked]) -> None:
         """Free the prefetch credit the settled deliveries held, and let queues dispatch."""

@@ -99,6 +99,7 @@ def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
     name = _queue_name(channel, method.queue)
     queue = channel.vhost.get_queue(name, channel.port)
     check_permission(channel.port, "read", "queue", name)
+    queue.touch()
     entry = queue.take()
     if entry is None:
         channel.send_method(build(commands.Basic.GetEmpty))

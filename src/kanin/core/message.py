@@ -12,12 +12,26 @@ class Message:
     delivery forwards the same bytes; `properties` is its decoded form.
     """
 
-    __slots__ = ("body", "exchange", "header_payload", "properties", "routing_key")
+    __slots__ = (
+        "body",
+        "exchange",
+        "expiration_ms",
+        "header_payload",
+        "properties",
+        "routing_key",
+    )
 
     def __init__(
-        self, exchange: str, routing_key: str, header_payload: bytes, body: bytes, properties: Any
+        self,
+        exchange: str,
+        routing_key: str,
+        header_payload: bytes,
+        body: bytes,
+        properties: Any,
+        expiration_ms: int | None = None,
     ) -> None:
         self.exchange = exchange
+        self.expiration_ms = expiration_ms  # the per-message `expiration`, parsed
         self.routing_key = routing_key
         self.header_payload = header_payload
         self.body = body
@@ -35,12 +49,13 @@ class Message:
 class Entry:
     """A message in one queue. `seq` orders the queue; a requeue goes back to its place."""
 
-    __slots__ = ("message", "redelivered", "seq")
+    __slots__ = ("expires_at", "message", "redelivered", "seq")
 
     def __init__(self, message: Message, seq: int) -> None:
         self.message = message
         self.seq = seq
         self.redelivered = False
+        self.expires_at: float | None = None  # scheduler time after which it is dead
 
     def __lt__(self, other: Entry) -> bool:
         return self.seq < other.seq

@@ -56,7 +56,14 @@ def publish(channel: Channel, content: Content) -> None:
     header_payload = content.header.payload
     if properties.reply_to == REPLY_TO:
         header_payload = _claim_reply_to(channel, properties, content.header.body_size)
-    message = Message(method.exchange, method.routing_key, header_payload, content.body, properties)
+    message = Message(
+        method.exchange,
+        method.routing_key,
+        header_payload,
+        content.body,
+        properties,
+        parse_expiration(properties.expiration),
+    )
     if channel.tx is not None:
         channel.tx.append(("publish", (message, method.mandatory)))
         return
@@ -75,6 +82,7 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
         for queue in queues:
             if not queue.publish(message):
                 refused = True
+                queue.reject_publish_dead_letter(message)
         routed = bool(queues)
     if not routed and mandatory:
         channel.send_content(
@@ -123,3 +131,20 @@ def is_reply_to_name(name: str, broker: Broker) -> bool:
     return (
         name.startswith(REPLY_TO_PREFIX) and name[len(REPLY_TO_PREFIX) :] in broker.reply_channels
     )
+
+
+def parse_expiration(expiration: str | None) -> int | None:
+    """The per-message TTL in ms, refused with 406 in RabbitMQ's words when malformed."""
+    if expiration is None or expiration == "":
+        return None
+    try:
+        value = int(expiration)
+    except ValueError:
+        raise ChannelError(
+            C.PRECONDITION_FAILED, f"invalid expiration '{expiration}': no_integer"
+        ) from None
+    if value < 0:
+        raise ChannelError(
+            C.PRECONDITION_FAILED, f"invalid expiration '{expiration}': {{value_negative,{value}}}"
+        )
+    return value

@@ -1,31 +1,39 @@
-"""A queue: ready messages in order, consumers, and dispatch between them.
+"""A queue: ready messages in order, consumers, and the message lifecycle.
 
 How this works:
-- Every message entering the queue gets the next sequence number. `ready` holds
-  messages never delivered, in sequence order; `returned` is a heap of messages
-  that were delivered and came back (requeue). The next message to hand out is
-  the smaller head of the two, so a requeued message regains its original place.
+- Every message entering the queue gets the next sequence number; `ready`
+  (core/ready.py) hands them out in order, by priority first for x-max-priority
+  queues, and a requeued message regains its original place.
 - Dispatch never runs inline with a publish: the queue asks the scheduler for one
   dispatch per event-loop turn and then hands out as many messages as consumers
-  have room for (bounded per turn so one queue cannot starve the loop).
-- Among consumers with room, the highest x-priority wins; equals take turns.
+  have room for (bounded per turn so one queue cannot starve the loop). Among
+  consumers with room the highest x-priority wins and equals take turns; with
+  x-single-active-consumer only the earliest registered consumer receives.
+- Message TTL (x-message-ttl, per-message expiration) is enforced at the head, as
+  in RabbitMQ: one timer is armed for the head's expiry, it drops (or dead-letters)
+  the expired messages at the head and re-arms for the next. The work done is
+  proportional to what expires, never a scan of the queue. A message that expired
+  behind a longer-lived one is caught when it reaches the head.
+- x-expires deletes the queue after it has been unused (no consumer, no get, no
+  redeclare) for the period; x-max-length(-bytes) with x-overflow bounds it.
+- Messages leaving for good go through `forget` (memory accounting) and, when the
+  queue has a dead-letter exchange, through `on_dead_letter`.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kanin.core.limits import LengthLimits
 from kanin.core.message import Entry, Message
+from kanin.core.queue_args import QueueArgs
+from kanin.core.ready import FifoReady, PriorityReady, Ready
 
 if TYPE_CHECKING:
     from kanin.core.consumer import Consumer
     from kanin.core.exchanges import Binding
     from kanin.core.memory import MemoryMonitor
-    from kanin.core.scheduling import Scheduler
+    from kanin.core.scheduling import Cancellable, Scheduler
 
 # Deliveries per queue per event-loop turn before yielding to other work.
 DISPATCH_BATCH = 512
@@ -43,6 +51,7 @@ class Queue:
         exclusive_owner: object | None = None,
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
+        args: QueueArgs | None = None,
     ) -> None:
         self.name = name
         self.vhost = vhost
@@ -50,9 +59,12 @@ class Queue:
         self.exclusive_owner = exclusive_owner  # the owning connection, or None
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
-        self.limits = LengthLimits.from_arguments(self.arguments)
-        self.ready: deque[Entry] = deque()
-        self.returned: list[Entry] = []
+        self.args = args or QueueArgs()
+        self.ready: Ready = (
+            PriorityReady(self.args.max_priority)
+            if self.args.max_priority is not None
+            else FifoReady()
+        )
         self.consumers: list[Consumer] = []
         self.bindings: dict[tuple[Any, ...], Binding] = {}
         self.deleted = False
@@ -63,8 +75,14 @@ class Queue:
         self._rr = 0
         self._dispatch_scheduled = False
         self._had_consumer = False
-        # Set by the vhost: called when an auto-delete queue loses its last consumer.
-        self.on_unused: Callable[[Queue], None] | None = None
+        self._ttl_timer: Cancellable | None = None
+        self._ttl_due = 0.0
+        self._expires_timer: Cancellable | None = None
+        self._last_used = scheduler.time()
+        # Set by the vhost.
+        self.on_unused: Callable[[Queue], None] | None = None  # auto-delete, x-expires
+        self.on_dead_letter: Callable[[Queue, list[Entry], str], None] | None = None
+        self.touch()
 
     def __repr__(self) -> str:
         return f"Queue({self.vhost!r}, {self.name!r})"
@@ -75,31 +93,53 @@ class Queue:
 
     @property
     def message_count(self) -> int:
-        return len(self.ready) + len(self.returned)
+        return len(self.ready)
 
-    # -- messages in ----------------------------------------------------------
+    # -- messages in --------------------------------------------------------------------
 
     def publish(self, message: Message) -> bool:
-        """Enqueue; False when the queue refuses the message (x-overflow reject-publish)."""
-        if self.limits.full_for(self, len(message.body)):
-            if self.limits.rejects_publish:
+        """Enqueue; False when the queue refuses the message (x-overflow reject-publish*)."""
+        size = len(message.body)
+        if self.args.has_length_limit and self._full_for(size):
+            if self.args.rejects_publish:
                 return False
-            self._make_room(len(message.body))
+            self._drop_head_for(size)
         entry = Entry(message, self._next_seq)
         self._next_seq += 1
+        self._memory.add(size)
+        ttl_ms = self._ttl_ms(message)
+        if ttl_ms is not None:
+            now = self._scheduler.time()
+            entry.expires_at = now + ttl_ms / 1000
+            if ttl_ms == 0:
+                self._deliver_or_expire_now(entry)
+                return True
         self.ready.append(entry)
-        self.ready_bytes += len(message.body)
-        self._memory.add(len(message.body))
+        self.ready_bytes += size
+        if entry.expires_at is not None:
+            self._arm_ttl()
         if self.consumers:
             self.schedule_dispatch()
         return True
 
-    def _make_room(self, incoming_bytes: int) -> None:
-        """x-overflow drop-head: drop from the head until the new message fits."""
-        while self.message_count and self.limits.full_for(self, incoming_bytes):
-            entry = self.take()
-            assert entry is not None
-            self.forget(entry)
+    def reject_publish_dead_letter(self, message: Message) -> None:
+        """x-overflow reject-publish-dlx: the refused message is dead-lettered (maxlen)."""
+        if self.args.overflow == "reject-publish-dlx" and self.on_dead_letter is not None:
+            self.on_dead_letter(self, [Entry(message, 0)], "maxlen")
+
+    def _ttl_ms(self, message: Message) -> int | None:
+        queue_ttl, message_ttl = self.args.message_ttl_ms, message.expiration_ms
+        if queue_ttl is None:
+            return message_ttl
+        return queue_ttl if message_ttl is None else min(queue_ttl, message_ttl)
+
+    def _deliver_or_expire_now(self, entry: Entry) -> None:
+        """TTL 0: delivered at once to a consumer with room, or expired, as in RabbitMQ."""
+        consumer = self._pick_consumer() if not self.ready else None
+        if consumer is not None:
+            consumer.channel.deliver(consumer, entry)
+        else:
+            self.dead_letter([entry], "expired")
 
     def requeue(self, entries: list[Entry]) -> None:
         """Put delivered messages back at their original place, marked redelivered."""
@@ -109,42 +149,134 @@ class Queue:
             return
         for entry in entries:
             entry.redelivered = True
-            heapq.heappush(self.returned, entry)
+            self.ready.requeue(entry)
             self.ready_bytes += len(entry.message.body)
+        self._arm_ttl()
         if self.consumers:
             self.schedule_dispatch()
 
-    # -- messages out ---------------------------------------------------------
+    # -- length limits ------------------------------------------------------------------
+
+    def _full_for(self, incoming_bytes: int) -> bool:
+        args = self.args
+        if args.max_length is not None and self.message_count + 1 > args.max_length:
+            return True
+        limit = args.max_length_bytes
+        return limit is not None and self.ready_bytes + incoming_bytes > limit
+
+    def _drop_head_for(self, incoming_bytes: int) -> None:
+        """x-overflow drop-head: drop (dead-letter, reason maxlen) until the new one fits."""
+        dropped = []
+        while self.message_count and self._full_for(incoming_bytes):
+            entry = self._pop()
+            assert entry is not None
+            dropped.append(entry)
+        if dropped:
+            self.dead_letter(dropped, "maxlen")
+
+    # -- messages out -------------------------------------------------------------------
 
     def take(self) -> Entry | None:
-        """Remove and return the next message in order, or None."""
-        ready, returned = self.ready, self.returned
-        if returned and (not ready or returned[0].seq < ready[0].seq):
-            entry = heapq.heappop(returned)
-        elif ready:
-            entry = ready.popleft()
-        else:
-            return None
-        self.ready_bytes -= len(entry.message.body)
+        """Remove and return the next live message in order, or None."""
+        self._expire_head()
+        return self._pop()
+
+    def _pop(self) -> Entry | None:
+        entry = self.ready.pop()
+        if entry is not None:
+            self.ready_bytes -= len(entry.message.body)
         return entry
 
     def forget(self, entry: Entry) -> None:
         """The message left this queue for good (acked, dropped, delivered without ack)."""
         self._memory.release(len(entry.message.body))
 
+    def dead_letter(self, entries: list[Entry], reason: str) -> None:
+        """Messages leave for good, to the dead-letter exchange if the queue has one."""
+        for entry in entries:
+            self.forget(entry)
+        dlx = self.args.dead_letter_exchange
+        if dlx is not None and self.on_dead_letter is not None and not self.deleted:
+            self.on_dead_letter(self, entries, reason)
+
     def purge(self) -> int:
         count = self.message_count
         self.ready.clear()
-        self.returned.clear()
         self._memory.release(self.ready_bytes)
         self.ready_bytes = 0
         return count
 
-    # -- consumers ------------------------------------------------------------
+    # -- message TTL --------------------------------------------------------------------
+
+    def _arm_ttl(self) -> None:
+        head = self.ready.peek()
+        if head is None or head.expires_at is None:
+            return
+        if self._ttl_timer is not None:
+            if self._ttl_due <= head.expires_at:
+                return
+            self._ttl_timer.cancel()
+        delay = max(0.0, head.expires_at - self._scheduler.time())
+        self._ttl_due = head.expires_at
+        self._ttl_timer = self._scheduler.call_later(delay, self._on_ttl_timer)
+
+    def _on_ttl_timer(self) -> None:
+        self._ttl_timer = None
+        if not self.deleted:
+            self._expire_head()
+            self._arm_ttl()
+
+    def _expire_head(self) -> None:
+        head = self.ready.peek()
+        if head is None or head.expires_at is None:
+            return
+        now = self._scheduler.time()
+        expired = []
+        while head is not None and head.expires_at is not None and head.expires_at <= now:
+            popped = self._pop()
+            assert popped is head
+            expired.append(head)
+            head = self.ready.peek()
+        if expired:
+            self.dead_letter(expired, "expired")
+
+    # -- x-expires ----------------------------------------------------------------------
+
+    def touch(self) -> None:
+        """The queue was used (declared, got from, consumed from): restart x-expires."""
+        self._last_used = self._scheduler.time()
+        expires_ms = self.args.expires_ms
+        if expires_ms is not None and self._expires_timer is None and not self.deleted:
+            self._expires_timer = self._scheduler.call_later(expires_ms / 1000, self._on_expires)
+
+    def _on_expires(self) -> None:
+        self._expires_timer = None
+        expires_ms = self.args.expires_ms
+        if self.deleted or expires_ms is None:
+            return
+        if self.consumers:
+            self.touch()
+            return
+        idle_s = self._scheduler.time() - self._last_used
+        if idle_s >= expires_ms / 1000:
+            if self.on_unused is not None:
+                self.on_unused(self)
+            return
+        remaining = expires_ms / 1000 - idle_s
+        self._expires_timer = self._scheduler.call_later(remaining, self._on_expires)
+
+    def cancel_timers(self) -> None:
+        for timer in (self._ttl_timer, self._expires_timer):
+            if timer is not None:
+                timer.cancel()
+        self._ttl_timer = self._expires_timer = None
+
+    # -- consumers ----------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers.append(consumer)
         self._had_consumer = True
+        self.touch()
         self.schedule_dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
@@ -152,8 +284,12 @@ class Queue:
             self.consumers.remove(consumer)
         except ValueError:
             return
-        unused = not self.consumers and self.auto_delete and self._had_consumer
-        if unused and self.on_unused is not None:
+        if self.consumers:
+            if self.args.single_active_consumer:
+                self.schedule_dispatch()  # the next consumer takes over
+            return
+        self.touch()
+        if self.auto_delete and self._had_consumer and self.on_unused is not None:
             self.on_unused(self)
 
     def has_exclusive_consumer(self) -> bool:
@@ -169,22 +305,26 @@ class Queue:
         if self.deleted:
             return
         for _ in range(DISPATCH_BATCH):
-            if not (self.ready or self.returned):
+            if not self.ready:
                 return
             consumer = self._pick_consumer()
             if consumer is None:
                 return
             entry = self.take()
-            assert entry is not None
+            if entry is None:
+                return
             consumer.channel.deliver(consumer, entry)
-        if self.ready or self.returned:
+        if self.ready:
             self.schedule_dispatch()
 
     def _pick_consumer(self) -> Consumer | None:
         consumers = self.consumers
-        count = len(consumers)
-        if count == 0:
+        if not consumers:
             return None
+        if self.args.single_active_consumer:
+            active = consumers[0]
+            return active if active.has_capacity() else None
+        count = len(consumers)
         best: Consumer | None = None
         best_index = 0
         for step in range(count):

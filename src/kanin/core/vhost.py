@@ -13,6 +13,7 @@ from typing import Any
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
+from kanin.core.dead_letter import dead_letter
 from kanin.core.exchanges import (
     EXCHANGE_TYPES,
     Binding,
@@ -23,7 +24,9 @@ from kanin.core.exchanges import (
 )
 from kanin.core.exchanges.headers import check_x_match
 from kanin.core.memory import MemoryMonitor
+from kanin.core.message import Entry
 from kanin.core.queue import Queue
+from kanin.core.queue_args import parse_queue_args
 from kanin.core.scheduling import Scheduler
 
 PREDECLARED = (
@@ -222,7 +225,9 @@ class VirtualHost:
                 ("auto_delete", auto_delete, existing.auto_delete),
             )
             self._check_equivalent_args(existing.arguments, arguments, what, None)
+            existing.touch()
             return existing
+        args = parse_queue_args(arguments, name, self.name)
         queue = Queue(
             name,
             self.name,
@@ -232,10 +237,15 @@ class VirtualHost:
             exclusive_owner=connection if exclusive else None,
             auto_delete=auto_delete,
             arguments=arguments,
+            args=args,
         )
         queue.on_unused = self._auto_delete_queue
+        queue.on_dead_letter = self._dead_letter
         self.queues[name] = queue
         return queue
+
+    def _dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
+        dead_letter(self, queue, entries, reason)
 
     def _auto_delete_queue(self, queue: Queue) -> None:
         if self.queues.get(queue.name) is queue:
@@ -258,6 +268,7 @@ class VirtualHost:
         if self.queues.get(queue.name) is queue:
             del self.queues[queue.name]
         queue.deleted = True
+        queue.cancel_timers()
         for binding in list(queue.bindings.values()):
             self._drop_binding(binding)
         queue.purge()

@@ -1,0 +1,110 @@
+"""Dead-lettering: a message leaving a queue (rejected, expired, maxlen) is republished
+to the queue's dead-letter exchange with its history in the `x-death` header.
+
+x-death, as RabbitMQ 3.10 writes it: an array of tables, most recent first, one per
+(queue, reason) pair: count, reason, queue, time, exchange, routing-keys, and
+original-expiration when the message carried a per-message expiration (which is then
+removed, so it cannot expire again). A repeat for the same pair increments its count
+and moves it to the front. x-first-death-{exchange,queue,reason} are set once.
+
+Cycles: a message that comes back to a queue it already died in, with no rejection
+anywhere on the way, would loop forever; it is dropped for that queue (RabbitMQ's
+"fully automatic cycle" rule). Rejections break cycles: a consumer made a choice.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from pamqp import header as pamqp_header
+
+from kanin.core.message import Entry, Message
+
+if TYPE_CHECKING:
+    from kanin.core.queue import Queue
+    from kanin.core.vhost import VirtualHost
+
+
+def dead_letter(vhost: VirtualHost, queue: Queue, entries: list[Entry], reason: str) -> None:
+    exchange_name = queue.args.dead_letter_exchange
+    if exchange_name is None:
+        return
+    exchange = vhost.exchanges.get(exchange_name)
+    if exchange is None:
+        return  # RabbitMQ drops the message when its DLX does not exist
+    for entry in entries:
+        message = dead_lettered_message(entry.message, queue, reason)
+        targets = vhost.route(exchange, message.routing_key, message.headers)
+        for target in targets:
+            if not is_cycle(target.name, message.headers.get("x-death") or [], reason):
+                target.publish(message)
+
+
+def dead_lettered_message(original: Message, queue: Queue, reason: str) -> Message:
+    properties = copy.copy(original.properties)
+    headers: dict[str, Any] = dict(properties.headers or {})
+    deaths = [death for death in headers.get("x-death") or [] if isinstance(death, dict)]
+    routing_keys = [original.routing_key, *_string_list(headers.get("CC"))]
+    previous = next(
+        (d for d in deaths if d.get("queue") == queue.name and d.get("reason") == reason), None
+    )
+    if previous is not None:
+        deaths.remove(previous)
+        death = dict(previous)
+        death["count"] = int(death.get("count", 0)) + 1
+    else:
+        death = {
+            "count": 1,
+            "reason": reason,
+            "queue": queue.name,
+            "time": _now(),
+            "exchange": original.exchange,
+            "routing-keys": routing_keys,
+        }
+        if properties.expiration:
+            death["original-expiration"] = properties.expiration
+    deaths.insert(0, death)
+    headers["x-death"] = deaths
+    headers.setdefault("x-first-death-exchange", original.exchange)
+    headers.setdefault("x-first-death-queue", queue.name)
+    headers.setdefault("x-first-death-reason", reason)
+    properties.headers = headers
+    properties.expiration = None
+    routing_key = queue.args.dead_letter_routing_key or original.routing_key
+    header_payload = pamqp_header.ContentHeader(0, len(original.body), properties).marshal()
+    return Message(
+        queue.args.dead_letter_exchange or "",
+        routing_key,
+        header_payload,
+        original.body,
+        properties,
+    )
+
+
+def is_cycle(target_queue: str, deaths: list[Any], reason: str) -> bool:
+    """Has the message died in `target_queue` before, with no rejection since?"""
+    if reason == "rejected":
+        return False
+    for death in deaths:
+        if not isinstance(death, dict):
+            return False
+        if death.get("reason") == "rejected":
+            return False
+        if death.get("queue") == target_queue:
+            return True
+    return False
+
+
+def _string_list(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [
+            v if isinstance(v, str) else v.decode() for v in value if isinstance(v, str | bytes)
+        ]
+    return []
+
+
+def _now() -> datetime.datetime:
+    # AMQP timestamps have one-second resolution.
+    return datetime.datetime.now(datetime.UTC).replace(microsecond=0, tzinfo=None)
