@@ -31,7 +31,7 @@ from tutorials import (
     t6_rpc,
     t7_publisher_confirms,
 )
-from tutorials._common import Listener
+from tutorials._common import Listener, connect
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -75,10 +75,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float = WAIT_S) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.02)
-
-
-def connect(url: str) -> pika.BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(url))
 
 
 def message_count(url: str, queue: str) -> int:

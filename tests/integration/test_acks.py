@@ -6,80 +6,30 @@ Expected values were observed against RabbitMQ 3.10 and hard-coded.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Iterator
 
 import aio_pika
 import aiormq.exceptions
 import pika
-import pika.exceptions
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-
-class Endpoint(Protocol):
-    host: str
-    port: int
-    url: str
-
-
-Unique = Callable[[str], str]
-
-
-@dataclass
-class Got:
-    consumer: str
-    tag: int
-    body: str
-    redelivered: bool
-
-
-def pika_connect(url: str) -> pika.BlockingConnection:
-    params = pika.URLParameters(url)
-    params.connection_attempts = 1
-    params.socket_timeout = 5
-    params.blocked_connection_timeout = 5
-    return pika.BlockingConnection(params)
+from helpers import (
+    Endpoint,
+    Unique,
+    assert_closed_for_unknown_tag,
+    declare,
+    drain_redelivered,
+    pika_connect,
+    publish,
+    wait_ready,
+)
 
 
 @pytest.fixture
 def conn(broker: Endpoint) -> Iterator[pika.BlockingConnection]:
-    c = pika_connect(broker.url)
-    yield c
-    if c.is_open:
-        c.close()
-
-
-def collect(into: list[Got], name: str) -> Callable[..., None]:
-    def on_message(_ch: BlockingChannel, method: Any, _props: Any, body: bytes) -> None:
-        into.append(Got(name, method.delivery_tag, body.decode(), method.redelivered))
-
-    return on_message
-
-
-def wait_for(conn: pika.BlockingConnection, cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        left = deadline - time.monotonic()
-        assert left > 0, "timed out waiting"
-        conn.process_data_events(time_limit=min(left, 0.05))
-
-
-def settle(conn: pika.BlockingConnection, seconds: float = 0.3) -> None:
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        conn.process_data_events(time_limit=min(left, 0.05))
-
-
-def publish(ch: BlockingChannel, queue: str, *bodies: str) -> None:
-    for body in bodies:
-        ch.basic_publish("", queue, body.encode())
-
-
-def declare(ch: BlockingChannel, name: str) -> str:
-    return ch.queue_declare(name, exclusive=True).method.queue
+    with pika_connect(broker.url) as c:
+        yield c
 
 
 def get_tags(ch: BlockingChannel, queue: str, n: int) -> list[int]:
@@ -91,30 +41,23 @@ def get_tags(ch: BlockingChannel, queue: str, n: int) -> list[int]:
     return tags
 
 
-def wait_ready(conn: pika.BlockingConnection, ch: BlockingChannel, queue: str, n: int) -> None:
-    """Wait until the queue holds n ready messages (requeueing after a close is asynchronous)."""
-    wait_for(conn, lambda: ch.queue_declare(queue, passive=True).method.message_count == n)
-
-
-def drain(ch: BlockingChannel, queue: str) -> list[tuple[str, bool]]:
-    out = []
-    while True:
-        method, _props, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return out
-        out.append((body.decode(), method.redelivered))
-
-
-def closed_406(err: pytest.ExceptionInfo[pika.exceptions.ChannelClosedByBroker], tag: int) -> bool:
-    expected = (406, f"PRECONDITION_FAILED - unknown delivery tag {tag}")
-    return (err.value.reply_code, err.value.reply_text) == expected
-
-
 # --- ack / nack / reject with and without multiple ---
 
 
-def test_ack_multiple_settles_every_outstanding_tag_up_to_it(
-    conn: pika.BlockingConnection, unique: Unique
+@pytest.mark.parametrize(
+    ("multiple", "left"),
+    [
+        # Only 9 was outstanding beyond 8.
+        (True, [("m9", True)]),
+        (False, [("m5", True), ("m6", True), ("m7", True), ("m9", True)]),
+    ],
+    ids=[
+        "multiple-settles-every-outstanding-tag-up-to-it",
+        "without-multiple-settles-only-that-tag",
+    ],
+)
+def test_ack_with_and_without_multiple(
+    conn: pika.BlockingConnection, unique: Unique, multiple: bool, left: list[tuple[str, bool]]
 ) -> None:
     watcher, ch = conn.channel(), conn.channel()
     q = declare(watcher, unique("q"))
@@ -123,27 +66,11 @@ def test_ack_multiple_settles_every_outstanding_tag_up_to_it(
     for tag in get_tags(ch, q, 4):
         ch.basic_ack(tag)
     assert get_tags(ch, q, 5) == [5, 6, 7, 8, 9]
-    ch.basic_ack(8, multiple=True)
+    ch.basic_ack(8, multiple=multiple)
     ch.close()
-    # Only 9 was outstanding beyond 8; it comes back as a marker that the close is handled.
-    wait_ready(conn, watcher, q, 1)
-    assert drain(watcher, q) == [("m9", True)]
-
-
-def test_ack_without_multiple_settles_only_that_tag(
-    conn: pika.BlockingConnection, unique: Unique
-) -> None:
-    watcher, ch = conn.channel(), conn.channel()
-    q = declare(watcher, unique("q"))
-    publish(watcher, q, *[f"m{i}" for i in range(1, 10)])
-    wait_ready(conn, watcher, q, 9)
-    for tag in get_tags(ch, q, 4):
-        ch.basic_ack(tag)
-    assert get_tags(ch, q, 5) == [5, 6, 7, 8, 9]
-    ch.basic_ack(8)
-    ch.close()
-    wait_ready(conn, watcher, q, 4)
-    assert drain(watcher, q) == [("m5", True), ("m6", True), ("m7", True), ("m9", True)]
+    # What the ack left outstanding comes back, as a marker that the close is handled.
+    wait_ready(conn, watcher, q, len(left))
+    assert drain_redelivered(watcher, q) == left
 
 
 async def test_nack_multiple_with_requeue(broker: Endpoint, unique: Unique) -> None:
@@ -183,7 +110,7 @@ def test_reject_requeue_puts_message_back_at_its_original_position(
     assert method is not None
     assert (body, method.redelivered, method.message_count) == (b"m1", True, 3)
     # RabbitMQ 3.10: requeued messages regain their publish order, ahead of never-delivered ones.
-    assert drain(ch, q) == [("m3", True), ("m5", False), ("m6", False)]
+    assert drain_redelivered(ch, q) == [("m3", True), ("m5", False), ("m6", False)]
 
 
 async def test_reject_requeue_redelivers_to_the_consumer_first(
@@ -222,7 +149,7 @@ def test_reject_and_nack_without_requeue_drop_the_message(
     ch.basic_nack(3, multiple=True, requeue=False)  # only 3 is left at or below 3
     ch.close()
     wait_ready(conn, watcher, q, 1)
-    assert drain(watcher, q) == [("m4", True)]
+    assert drain_redelivered(watcher, q) == [("m4", True)]
 
 
 # --- errors: unknown, settled and foreign tags ---
@@ -237,39 +164,28 @@ def test_settling_an_unknown_tag_closes_the_channel_406(
     publish(ch, q, "x")
     assert get_tags(ch, q, 1) == [1]
     getattr(ch, f"basic_{settle_how}")(42)
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-        ch.queue_declare(q, passive=True)
-    assert closed_406(err, 42)
+    assert_closed_for_unknown_tag(ch, q, 42)
     # Only the channel is closed; its unacked delivery is back in the queue.
     other = conn.channel()
     wait_ready(conn, other, q, 1)
 
 
-def test_double_ack_closes_the_channel_406(conn: pika.BlockingConnection, unique: Unique) -> None:
-    ch = conn.channel()
-    q = declare(ch, unique("q"))
-    publish(ch, q, "x", "y")
-    assert get_tags(ch, q, 2) == [1, 2]
-    ch.basic_ack(1)
-    ch.basic_ack(1)
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-        ch.queue_declare(q, passive=True)
-    assert closed_406(err, 1)
-
-
-def test_ack_multiple_of_an_already_acked_tag_is_unknown(
-    conn: pika.BlockingConnection, unique: Unique
+@pytest.mark.parametrize(
+    "multiple",
+    # RabbitMQ 3.10: multiple=true still needs the tag itself to be outstanding.
+    [False, True],
+    ids=["double-ack-closes-the-channel-406", "ack-multiple-of-an-already-acked-tag-is-unknown"],
+)
+def test_second_ack_of_a_tag_is_unknown(
+    conn: pika.BlockingConnection, unique: Unique, multiple: bool
 ) -> None:
     ch = conn.channel()
     q = declare(ch, unique("q"))
     publish(ch, q, "x", "y")
     assert get_tags(ch, q, 2) == [1, 2]
     ch.basic_ack(1)
-    # RabbitMQ 3.10: multiple=true still needs the tag itself to be outstanding.
-    ch.basic_ack(1, multiple=True)
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-        ch.queue_declare(q, passive=True)
-    assert closed_406(err, 1)
+    ch.basic_ack(1, multiple=multiple)
+    assert_closed_for_unknown_tag(ch, q, 1)
 
 
 async def test_ack_on_a_different_channel_is_unknown(broker: Endpoint, unique: Unique) -> None:
@@ -306,7 +222,7 @@ def test_ack_tag_zero_with_multiple_acks_everything_outstanding(
     assert get_tags(ch, q, 1) == [4]
     ch.close()
     wait_ready(conn, watcher, q, 1)
-    assert drain(watcher, q) == [("m4", True)]
+    assert drain_redelivered(watcher, q) == [("m4", True)]
 
 
 def test_ack_tag_zero_without_multiple_is_unknown(
@@ -317,9 +233,7 @@ def test_ack_tag_zero_without_multiple_is_unknown(
     publish(ch, q, "m1")
     assert get_tags(ch, q, 1) == [1]
     ch.basic_ack(0)
-    with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-        ch.queue_declare(q, passive=True)
-    assert closed_406(err, 0)
+    assert_closed_for_unknown_tag(ch, q, 0)
 
 
 def test_nack_tag_zero_with_multiple_requeues_everything(
@@ -330,4 +244,4 @@ def test_nack_tag_zero_with_multiple_requeues_everything(
     publish(ch, q, "m1", "m2", "m3")
     assert get_tags(ch, q, 3) == [1, 2, 3]
     ch.basic_nack(0, multiple=True, requeue=True)
-    assert drain(ch, q) == [("m1", True), ("m2", True), ("m3", True)]
+    assert drain_redelivered(ch, q) == [("m1", True), ("m2", True), ("m3", True)]

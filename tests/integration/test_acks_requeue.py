@@ -9,61 +9,33 @@ import contextlib
 import socket
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
-from urllib.parse import unquote, urlparse
 
 import amqp
 import pika
 import pika.exceptions
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel
 
-
-class Endpoint(Protocol):
-    host: str
-    port: int
-    url: str
-
-
-Unique = Callable[[str], str]
-
-
-@dataclass
-class Got:
-    consumer: str
-    tag: int
-    body: str
-    redelivered: bool
-
-
-def pika_connect(url: str) -> pika.BlockingConnection:
-    params = pika.URLParameters(url)
-    params.connection_attempts = 1
-    params.socket_timeout = 5
-    params.blocked_connection_timeout = 5
-    return pika.BlockingConnection(params)
-
-
-def amqp_connect(url: str) -> amqp.Connection:
-    u = urlparse(url)
-    conn = amqp.Connection(
-        host=f"{u.hostname}:{u.port or 5672}",
-        userid=unquote(u.username or "guest"),
-        password=unquote(u.password or "guest"),
-        virtual_host=unquote(u.path[1:]) or "/",
-        connect_timeout=5,
-    )
-    conn.connect()
-    return conn
+from helpers import (
+    Endpoint,
+    Got,
+    Unique,
+    amqp_connect,
+    assert_closed_for_unknown_tag,
+    collect,
+    declare,
+    drain_redelivered,
+    pika_connect,
+    publish,
+    settle,
+    wait_for,
+    wait_ready,
+)
 
 
 @pytest.fixture
 def conn(broker: Endpoint) -> Iterator[pika.BlockingConnection]:
-    c = pika_connect(broker.url)
-    yield c
-    if c.is_open:
-        c.close()
+    with pika_connect(broker.url) as c:
+        yield c
 
 
 @pytest.fixture
@@ -79,55 +51,6 @@ def shared_queue(broker: Endpoint, unique: Unique) -> Iterator[str]:
             c = pika_connect(broker.url)
         c.channel().queue_delete(name)
         c.close()
-
-
-def collect(into: list[Got], name: str) -> Callable[..., None]:
-    def on_message(_ch: BlockingChannel, method: Any, _props: Any, body: bytes) -> None:
-        into.append(Got(name, method.delivery_tag, body.decode(), method.redelivered))
-
-    return on_message
-
-
-def wait_for(conn: pika.BlockingConnection, cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        left = deadline - time.monotonic()
-        assert left > 0, "timed out waiting"
-        conn.process_data_events(time_limit=min(left, 0.05))
-
-
-def settle(conn: pika.BlockingConnection, seconds: float = 0.3) -> None:
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        conn.process_data_events(time_limit=min(left, 0.05))
-
-
-def publish(ch: BlockingChannel, queue: str, *bodies: str) -> None:
-    for body in bodies:
-        ch.basic_publish("", queue, body.encode())
-
-
-def declare(ch: BlockingChannel, name: str) -> str:
-    return ch.queue_declare(name, exclusive=True).method.queue
-
-
-def wait_ready(conn: pika.BlockingConnection, ch: BlockingChannel, queue: str, n: int) -> None:
-    """Wait until the queue holds n ready messages (requeueing after a close is asynchronous)."""
-    wait_for(conn, lambda: ch.queue_declare(queue, passive=True).method.message_count == n)
-
-
-def drain(ch: BlockingChannel, queue: str) -> list[tuple[str, bool]]:
-    out = []
-    while True:
-        method, _props, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return out
-        out.append((body.decode(), method.redelivered))
-
-
-def closed_406(err: pytest.ExceptionInfo[pika.exceptions.ChannelClosedByBroker], tag: int) -> bool:
-    expected = (406, f"PRECONDITION_FAILED - unknown delivery tag {tag}")
-    return (err.value.reply_code, err.value.reply_text) == expected
 
 
 # --- basic.recover ---
@@ -229,9 +152,7 @@ def test_unacked_deliveries_are_requeued_to_another_consumer(
             victim.close()
         else:
             vch.basic_ack(99)
-            with pytest.raises(pika.exceptions.ChannelClosedByBroker) as err:
-                vch.queue_declare(shared_queue, passive=True)
-            assert closed_406(err, 99)
+            assert_closed_for_unknown_tag(vch, shared_queue, 99)
 
         wait_for(survivor, lambda: len(later) == 2)
         assert [(g.body, g.redelivered) for g in later] == [("m1", True), ("m3", True)]
@@ -280,4 +201,4 @@ def test_no_ack_deliveries_are_not_requeued_on_close(
     # RabbitMQ 3.10: only the manually acknowledged delivery comes back.
     wait_ready(conn, watcher, shared_queue, 1)
     settle(conn, 0.2)
-    assert drain(watcher, shared_queue) == [("manual", True)]
+    assert drain_redelivered(watcher, shared_queue) == [("manual", True)]

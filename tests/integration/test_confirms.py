@@ -8,7 +8,6 @@ Mode conflicts between tx and confirm live here too; transactions in test_tx.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import aio_pika
@@ -21,38 +20,15 @@ from pamqp.header import ContentHeader
 from pika.adapters.blocking_connection import BlockingConnection
 from pika.exceptions import ChannelClosedByBroker, NackError, UnroutableError
 
+from helpers import (
+    Unique,
+    assert_silent,
+    channel_close,
+    confirm_channel,
+    declare_queue,
+    transactional_channel,
+)
 from rawamqp import RawClient
-
-Unique = Callable[[str], str]
-
-
-@pytest.fixture
-def raw(broker: Any) -> Iterator[RawClient]:
-    with RawClient.connect(broker.host, broker.port) as client:
-        client.handshake()
-        yield client
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    yield connection
-    if connection.is_open:
-        connection.close()
-
-
-def declare_queue(raw: RawClient, channel: int, name: str = "", **arguments: Any) -> str:
-    """An exclusive queue (gone when the test's connection closes)."""
-    raw.send_method(
-        channel, commands.Queue.Declare(queue=name, exclusive=True, arguments=arguments or None)
-    )
-    return raw.expect(commands.Queue.DeclareOk, channel).queue
-
-
-def confirm_channel(raw: RawClient, channel: int) -> None:
-    raw.open_channel(channel)
-    raw.send_method(channel, commands.Confirm.Select())
-    raw.expect(commands.Confirm.SelectOk, channel)
 
 
 def settle(outstanding: set[int], confirm: commands.Basic.Ack | commands.Basic.Nack) -> list[int]:
@@ -81,11 +57,6 @@ def collect_confirms(
         else:
             raise AssertionError(f"unexpected frame {got!r}")
     return acked, nacked
-
-
-def assert_silent(raw: RawClient, timeout: float = 0.3) -> None:
-    with pytest.raises(TimeoutError):
-        raw.read_frame(timeout)
 
 
 def test_confirm_select_ok_and_seqs_start_at_one_per_channel(raw: RawClient) -> None:
@@ -200,10 +171,12 @@ def test_publish_to_missing_exchange_closes_channel_404(raw: RawClient, unique: 
     exchange = unique("missing")
     raw.publish(1, b"lost", exchange=exchange, routing_key="k")
     # RabbitMQ 3.10: no nack for the failed publish; the channel is closed straight away.
-    close = raw.expect(commands.Channel.Close, 1)
-    assert close.reply_code == 404
-    assert close.reply_text == f"NOT_FOUND - no exchange '{exchange}' in vhost '/'"
-    assert (close.class_id, close.method_id) == (60, 40)
+    assert channel_close(raw, 1) == (
+        404,
+        f"NOT_FOUND - no exchange '{exchange}' in vhost '/'",
+        60,
+        40,
+    )
 
 
 def test_publish_to_missing_exchange_in_pika_raises_404(
@@ -220,23 +193,25 @@ def test_publish_to_missing_exchange_in_pika_raises_404(
 
 
 def test_confirm_select_on_tx_channel_is_406(raw: RawClient) -> None:
-    raw.open_channel(1)
-    raw.send_method(1, commands.Tx.Select())
-    raw.expect(commands.Tx.SelectOk, 1)
+    transactional_channel(raw, 1)
     raw.send_method(1, commands.Confirm.Select())
-    close = raw.expect(commands.Channel.Close, 1)
-    assert close.reply_code == 406
-    assert close.reply_text == "PRECONDITION_FAILED - cannot switch from tx to confirm mode"
-    assert (close.class_id, close.method_id) == (85, 10)
+    assert channel_close(raw, 1) == (
+        406,
+        "PRECONDITION_FAILED - cannot switch from tx to confirm mode",
+        85,
+        10,
+    )
 
 
 def test_tx_select_on_confirm_channel_is_406(raw: RawClient) -> None:
     confirm_channel(raw, 1)
     raw.send_method(1, commands.Tx.Select())
-    close = raw.expect(commands.Channel.Close, 1)
-    assert close.reply_code == 406
-    assert close.reply_text == "PRECONDITION_FAILED - cannot switch from confirm to tx mode"
-    assert (close.class_id, close.method_id) == (90, 10)
+    assert channel_close(raw, 1) == (
+        406,
+        "PRECONDITION_FAILED - cannot switch from confirm to tx mode",
+        90,
+        10,
+    )
 
 
 def test_message_routed_to_several_queues_is_acked_once(raw: RawClient, unique: Unique) -> None:

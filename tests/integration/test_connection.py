@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 import aio_pika
@@ -19,10 +18,9 @@ import pika.exceptions
 import pytest
 from pamqp import commands
 
+from helpers import BrokerFactory, pika_params, raw_client
 from kanin.config import UserSpec
 from rawamqp import RawClient, amqplain_response, plain_response
-
-BrokerFactory = Callable[..., AbstractContextManager[Any]]
 
 CAPABILITIES = (
     "publisher_confirms",
@@ -43,23 +41,6 @@ AMQPLAIN_REFUSED = (
     "ACCESS_REFUSED - Login was refused using authentication mechanism AMQPLAIN. "
     "For details see the broker logfile."
 )
-
-
-def raw_client(endpoint: Any) -> RawClient:
-    return RawClient.connect(endpoint.host, endpoint.port)
-
-
-def pika_params(endpoint: Any, **overrides: Any) -> pika.ConnectionParameters:
-    options: dict[str, Any] = {
-        "host": endpoint.host,
-        "port": endpoint.port,
-        "credentials": pika.PlainCredentials("guest", "guest"),
-        "connection_attempts": 1,
-        "socket_timeout": 5,
-        "blocked_connection_timeout": 5,
-    }
-    options.update(overrides)
-    return pika.ConnectionParameters(**options)
 
 
 # -- protocol header and connection.start --------------------------------------------------------

@@ -15,6 +15,7 @@ import pika
 import pytest
 from pamqp import body, commands, header
 
+from helpers import pika_params
 from rawamqp import RawClient, build_frame, method_payload
 
 FRAME_METHOD, FRAME_HEADER, FRAME_BODY, FRAME_HEARTBEAT = 1, 2, 3, 8
@@ -36,14 +37,7 @@ def connection_error(client: RawClient) -> tuple[int, str, int, int]:
 
 
 def pika_bystander(endpoint: Any) -> pika.BlockingConnection:
-    params = pika.ConnectionParameters(
-        host=endpoint.host,
-        port=endpoint.port,
-        credentials=pika.PlainCredentials("guest", "guest"),
-        connection_attempts=1,
-        socket_timeout=5,
-    )
-    return pika.BlockingConnection(params)
+    return pika.BlockingConnection(pika_params(endpoint, blocked_connection_timeout=None))
 
 
 def publish_start(client: RawClient, channel: int = 1) -> None:
@@ -223,21 +217,22 @@ def test_unknown_method_gets_connection_close(
 EXPECTED_METHOD = "UNEXPECTED_FRAME - expected method frame, got non method frame instead"
 
 
-def test_content_header_without_publish_is_505(broker: Any) -> None:
+@pytest.mark.parametrize(
+    ("channel", "content"),
+    [
+        (1, header.ContentHeader(0, 3, commands.Basic.Properties())),
+        (1, body.ContentBody(b"abc")),
+        (5, header.ContentHeader(0, 3, commands.Basic.Properties())),
+    ],
+    ids=[
+        "content-header-without-publish",
+        "content-body-without-publish",
+        "content-header-on-unopened-channel",
+    ],
+)
+def test_content_frame_without_publish_is_505(broker: Any, channel: int, content: Any) -> None:
     with opened(broker) as client:
-        client.send_frame(1, header.ContentHeader(0, 3, commands.Basic.Properties()))
-        assert connection_error(client) == (505, EXPECTED_METHOD, 0, 0)
-
-
-def test_content_body_without_publish_is_505(broker: Any) -> None:
-    with opened(broker) as client:
-        client.send_frame(1, body.ContentBody(b"abc"))
-        assert connection_error(client) == (505, EXPECTED_METHOD, 0, 0)
-
-
-def test_content_header_on_unopened_channel_is_505(broker: Any) -> None:
-    with opened(broker) as client:
-        client.send_frame(5, header.ContentHeader(0, 3, commands.Basic.Properties()))
+        client.send_frame(channel, content)
         assert connection_error(client) == (505, EXPECTED_METHOD, 0, 0)
 
 
@@ -291,51 +286,38 @@ def test_heartbeat_on_a_channel_is_505(broker: Any) -> None:
 # -- channel lifecycle errors are connection errors ----------------------------------------------
 
 
-def test_method_on_unopened_channel_is_504(broker: Any) -> None:
+@pytest.mark.parametrize(
+    ("channel", "method", "expected"),
+    [
+        (
+            2,
+            commands.Queue.Declare(exclusive=True),
+            (504, "CHANNEL_ERROR - expected 'channel.open'", 50, 10),
+        ),
+        (1, commands.Channel.Open(), (504, "CHANNEL_ERROR - second 'channel.open' seen", 20, 10)),
+        (
+            0,
+            commands.Channel.Open(),
+            (504, "CHANNEL_ERROR - unexpected method in connection state running", 20, 10),
+        ),
+        (
+            0,
+            commands.Connection.TuneOk(channel_max=10, frame_max=4096),
+            (504, "CHANNEL_ERROR - unexpected method in connection state running", 10, 31),
+        ),
+        (1, commands.Connection.Open(), (503, "COMMAND_INVALID - unimplemented method", 10, 40)),
+    ],
+    ids=[
+        "method-on-unopened-channel-is-504",
+        "second-channel-open-is-504",
+        "channel-open-on-channel-zero-is-504",
+        "tune-ok-after-open-is-504",
+        "connection-method-on-a-channel-is-503",
+    ],
+)
+def test_channel_lifecycle_error_closes_the_connection(
+    broker: Any, channel: int, method: Any, expected: tuple[int, str, int, int]
+) -> None:
     with opened(broker) as client:
-        client.send_method(2, commands.Queue.Declare(exclusive=True))
-        assert connection_error(client) == (
-            504,
-            "CHANNEL_ERROR - expected 'channel.open'",
-            50,
-            10,
-        )
-
-
-def test_second_channel_open_is_504(broker: Any) -> None:
-    with opened(broker) as client:
-        client.send_method(1, commands.Channel.Open())
-        assert connection_error(client) == (
-            504,
-            "CHANNEL_ERROR - second 'channel.open' seen",
-            20,
-            10,
-        )
-
-
-def test_channel_open_on_channel_zero_is_504(broker: Any) -> None:
-    with opened(broker) as client:
-        client.send_method(0, commands.Channel.Open())
-        assert connection_error(client) == (
-            504,
-            "CHANNEL_ERROR - unexpected method in connection state running",
-            20,
-            10,
-        )
-
-
-def test_tune_ok_after_open_is_504(broker: Any) -> None:
-    with opened(broker) as client:
-        client.send_method(0, commands.Connection.TuneOk(channel_max=10, frame_max=4096))
-        assert connection_error(client) == (
-            504,
-            "CHANNEL_ERROR - unexpected method in connection state running",
-            10,
-            31,
-        )
-
-
-def test_connection_method_on_a_channel_is_503(broker: Any) -> None:
-    with opened(broker) as client:
-        client.send_method(1, commands.Connection.Open())
-        assert connection_error(client) == (503, "COMMAND_INVALID - unimplemented method", 10, 40)
+        client.send_method(channel, method)
+        assert connection_error(client) == expected

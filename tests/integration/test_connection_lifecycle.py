@@ -13,25 +13,8 @@ import pika.exceptions
 import pytest
 from pamqp import commands
 
-from rawamqp import ConnectionClosedError, RawClient
-
-
-def pika_params(endpoint: Any, **overrides: Any) -> pika.ConnectionParameters:
-    options: dict[str, Any] = {
-        "host": endpoint.host,
-        "port": endpoint.port,
-        "credentials": pika.PlainCredentials("guest", "guest"),
-        "connection_attempts": 1,
-        "socket_timeout": 5,
-        "blocked_connection_timeout": 5,
-    }
-    options.update(overrides)
-    return pika.ConnectionParameters(**options)
-
-
-def raw_client(endpoint: Any) -> RawClient:
-    return RawClient.connect(endpoint.host, endpoint.port)
-
+from helpers import pika_params, raw_client
+from rawamqp import ConnectionClosedError
 
 # -- channel errors vs connection errors --------------------------------------------------------
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from typing import Any
 
 import aio_pika
@@ -13,27 +12,7 @@ import pika
 import pytest
 from pamqp import body, commands, header, heartbeat
 
-from rawamqp import RawClient
-
-BrokerFactory = Callable[..., AbstractContextManager[Any]]
-
-
-def pika_params(endpoint: Any, **overrides: Any) -> pika.ConnectionParameters:
-    options: dict[str, Any] = {
-        "host": endpoint.host,
-        "port": endpoint.port,
-        "credentials": pika.PlainCredentials("guest", "guest"),
-        "connection_attempts": 1,
-        "socket_timeout": 5,
-        "blocked_connection_timeout": 5,
-    }
-    options.update(overrides)
-    return pika.ConnectionParameters(**options)
-
-
-def raw_client(endpoint: Any) -> RawClient:
-    return RawClient.connect(endpoint.host, endpoint.port)
-
+from helpers import BrokerFactory, pika_params, raw_client
 
 # -- tuning -------------------------------------------------------------------------------------
 

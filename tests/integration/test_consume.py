@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
-from urllib.parse import unquote, urlparse
+from collections.abc import Iterator
+from functools import partial
+from typing import Any
 
 import aio_pika
 import amqp
@@ -19,85 +18,29 @@ import pika
 import pika.exceptions
 import pytest
 from pamqp.commands import Basic
-from pika.adapters.blocking_connection import BlockingChannel
 
-
-class Endpoint(Protocol):
-    host: str
-    port: int
-    url: str
-
-
-Unique = Callable[[str], str]
-
-
-@dataclass
-class Got:
-    consumer: str
-    tag: int
-    body: str
-    redelivered: bool
-
-
-def pika_connect(url: str) -> pika.BlockingConnection:
-    params = pika.URLParameters(url)
-    params.connection_attempts = 1
-    params.socket_timeout = 5
-    params.blocked_connection_timeout = 5
-    return pika.BlockingConnection(params)
-
-
-def amqp_connect(url: str) -> amqp.Connection:
-    """A py-amqp connection: unlike pika and aio-pika it sends consumer tags unchanged."""
-    u = urlparse(url)
-    conn = amqp.Connection(
-        host=f"{u.hostname}:{u.port or 5672}",
-        userid=unquote(u.username or "guest"),
-        password=unquote(u.password or "guest"),
-        virtual_host=unquote(u.path[1:]) or "/",
-        connect_timeout=5,
-    )
-    conn.connect()
-    return conn
+import helpers
+from helpers import (
+    Endpoint,
+    Got,
+    Unique,
+    amqp_connect,
+    collect,
+    declare,
+    pika_connect,
+    publish,
+    settle,
+)
 
 
 @pytest.fixture
 def conn(broker: Endpoint) -> Iterator[pika.BlockingConnection]:
-    c = pika_connect(broker.url)
-    yield c
-    if c.is_open:
-        c.close()
+    with pika_connect(broker.url) as c:
+        yield c
 
 
-def collect(into: list[Got], name: str) -> Callable[..., None]:
-    def on_message(_ch: BlockingChannel, method: Any, _props: Any, body: bytes) -> None:
-        into.append(Got(name, method.delivery_tag, body.decode(), method.redelivered))
-
-    return on_message
-
-
-def wait_for(conn: pika.BlockingConnection, cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        left = deadline - time.monotonic()
-        assert left > 0, "timed out waiting for deliveries"
-        conn.process_data_events(time_limit=min(left, 0.05))
-
-
-def settle(conn: pika.BlockingConnection, seconds: float = 0.3) -> None:
-    """Process events for a fixed time, to show that nothing more arrives."""
-    deadline = time.monotonic() + seconds
-    while (left := deadline - time.monotonic()) > 0:
-        conn.process_data_events(time_limit=min(left, 0.05))
-
-
-def publish(ch: BlockingChannel, queue: str, *bodies: str) -> None:
-    for body in bodies:
-        ch.basic_publish("", queue, body.encode())
-
-
-def declare(ch: BlockingChannel, name: str) -> str:
-    return ch.queue_declare(name, exclusive=True).method.queue
+# Every wait in this file is for deliveries, and a timeout says so.
+wait_for = partial(helpers.wait_for, message="timed out waiting for deliveries")
 
 
 def test_delivery_tags_start_at_one_and_count_across_consumers_and_get(

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import aio_pika
@@ -23,39 +22,18 @@ from pamqp.header import ContentHeader
 from pika.adapters.blocking_connection import BlockingConnection
 from pika.exceptions import ChannelClosedByBroker
 
+from helpers import assert_silent, channel_close, declare_queue, process_events_until
 from rawamqp import RawClient
 
-Unique = Callable[[str], str]
 REPLY_TO = "amq.rabbitmq.reply-to"
 REPLY_NAME = re.compile(r"^amq\.rabbitmq\.reply-to\.\S+$")
 
 
 @pytest.fixture
-def raw(broker: Any) -> Iterator[RawClient]:
-    with RawClient.connect(broker.host, broker.port) as client:
-        client.handshake()
-        yield client
-
-
-def pika_connection(broker: Any) -> BlockingConnection:
-    return pika.BlockingConnection(pika.URLParameters(broker.url))
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika_connection(broker)
-    yield connection
-    if connection.is_open:
-        connection.close()
-
-
-@pytest.fixture
 def server(broker: Any) -> Iterator[BlockingConnection]:
     """A second connection playing the RPC server."""
-    connection = pika_connection(broker)
-    yield connection
-    if connection.is_open:
-        connection.close()
+    with pika.BlockingConnection(pika.URLParameters(broker.url)) as connection:
+        yield connection
 
 
 def read_message(raw: RawClient, kind: type[Any]) -> tuple[Any, ContentHeader, bytes]:
@@ -68,8 +46,7 @@ def read_message(raw: RawClient, kind: type[Any]) -> tuple[Any, ContentHeader, b
 
 def raw_request(raw: RawClient, requester: int, worker: int) -> str:
     """Publish a request on `requester` to a fresh queue, fetch it on `worker`: its reply_to."""
-    raw.send_method(worker, commands.Queue.Declare(queue="", exclusive=True))
-    queue = raw.expect(commands.Queue.DeclareOk, worker).queue
+    queue = declare_queue(raw, worker)
     props = commands.Basic.Properties(reply_to=REPLY_TO)
     raw.publish(requester, b"request", routing_key=queue, properties=props)
     raw.send_method(worker, commands.Basic.Get(queue=queue, no_ack=True))
@@ -82,9 +59,18 @@ def close_channel(raw: RawClient, channel: int) -> None:
     raw.expect(commands.Channel.CloseOk, channel)
 
 
-def assert_silent(raw: RawClient, timeout: float = 0.3) -> None:
-    with pytest.raises(TimeoutError):
-        raw.read_frame(timeout)
+def consume_replies(raw: RawClient, channel: int) -> None:
+    raw.send_method(channel, commands.Basic.Consume(queue=REPLY_TO, no_ack=True))
+    raw.expect(commands.Basic.ConsumeOk, channel)
+
+
+def issued_reply_name(raw: RawClient) -> str:
+    """Open channels 1 (the worker) and 2 (the requester, consuming replies), send one request
+    from 2 and return the reply name the worker sees."""
+    raw.open_channel(1)
+    raw.open_channel(2)
+    consume_replies(raw, 2)
+    return raw_request(raw, 2, 1)
 
 
 def test_rpc_round_trip_with_pika(conn: BlockingConnection, server: BlockingConnection) -> None:
@@ -102,9 +88,7 @@ def test_rpc_round_trip_with_pika(conn: BlockingConnection, server: BlockingConn
     assert seen.correlation_id == "c-1"
     worker.basic_publish("", seen.reply_to, b"4", pika.BasicProperties(correlation_id="c-1"))
 
-    deadline = time.monotonic() + 5
-    while not replies and time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.1)
+    process_events_until(conn, lambda: bool(replies))
     ((deliver, reply_props, reply),) = replies
     assert reply == b"4" and reply_props.correlation_id == "c-1"
     assert (deliver.exchange, deliver.routing_key) == ("", seen.reply_to)
@@ -144,8 +128,7 @@ def test_reply_name_is_per_channel(raw: RawClient) -> None:
     raw.open_channel(1)
     for channel in (2, 3):
         raw.open_channel(channel)
-        raw.send_method(channel, commands.Basic.Consume(queue=REPLY_TO, no_ack=True))
-        raw.expect(commands.Basic.ConsumeOk, channel)
+        consume_replies(raw, channel)
     first = raw_request(raw, 2, 1)
     again = raw_request(raw, 2, 1)
     other = raw_request(raw, 3, 1)
@@ -158,12 +141,12 @@ def test_reply_name_is_per_channel(raw: RawClient) -> None:
 def test_reply_consumer_must_be_no_ack(raw: RawClient) -> None:
     raw.open_channel(1)
     raw.send_method(1, commands.Basic.Consume(queue=REPLY_TO, no_ack=False))
-    close = raw.expect(commands.Channel.Close, 1)
-    assert (close.reply_code, close.reply_text) == (
+    assert channel_close(raw, 1) == (
         406,
         "PRECONDITION_FAILED - reply consumer cannot acknowledge",
+        60,
+        20,
     )
-    assert (close.class_id, close.method_id) == (60, 20)
 
 
 def test_reply_consumer_must_be_no_ack_pika(conn: BlockingConnection) -> None:
@@ -177,15 +160,14 @@ def test_reply_consumer_must_be_no_ack_pika(conn: BlockingConnection) -> None:
 
 def test_second_reply_consumer_on_channel_is_406(raw: RawClient) -> None:
     raw.open_channel(1)
+    consume_replies(raw, 1)
     raw.send_method(1, commands.Basic.Consume(queue=REPLY_TO, no_ack=True))
-    raw.expect(commands.Basic.ConsumeOk, 1)
-    raw.send_method(1, commands.Basic.Consume(queue=REPLY_TO, no_ack=True))
-    close = raw.expect(commands.Channel.Close, 1)
-    assert (close.reply_code, close.reply_text) == (
+    assert channel_close(raw, 1) == (
         406,
         "PRECONDITION_FAILED - reply consumer already set",
+        60,
+        20,
     )
-    assert (close.class_id, close.method_id) == (60, 20)
 
 
 @pytest.mark.parametrize("setup", ["never", "cancelled", "other-channel"])
@@ -198,16 +180,15 @@ def test_request_without_reply_consumer_is_406(raw: RawClient, setup: str) -> No
         raw.send_method(1, commands.Basic.Cancel(consumer_tag="r"))
         raw.expect(commands.Basic.CancelOk, 1)
     elif setup == "other-channel":  # the reply consumer is on channel 2, not on 1
-        raw.send_method(2, commands.Basic.Consume(queue=REPLY_TO, no_ack=True))
-        raw.expect(commands.Basic.ConsumeOk, 2)
+        consume_replies(raw, 2)
     props = commands.Basic.Properties(reply_to=REPLY_TO)
     raw.publish(1, b"request", routing_key="amq.gen-nowhere", properties=props)
-    close = raw.expect(commands.Channel.Close, 1)
-    assert (close.reply_code, close.reply_text) == (
+    assert channel_close(raw, 1) == (
         406,
         "PRECONDITION_FAILED - fast reply consumer does not exist",
+        60,
+        40,
     )
-    assert (close.class_id, close.method_id) == (60, 40)
 
 
 def test_declare_and_get_of_the_pseudo_queue(raw: RawClient) -> None:
@@ -218,20 +199,16 @@ def test_declare_and_get_of_the_pseudo_queue(raw: RawClient) -> None:
         # RabbitMQ 3.10: declare-ok with consumer_count 1 even on a channel with no consumer.
         assert (ok.queue, ok.message_count, ok.consumer_count) == (REPLY_TO, 0, 1)
     raw.send_method(1, commands.Basic.Get(queue=REPLY_TO, no_ack=True))
-    close = raw.expect(commands.Channel.Close, 1)
-    assert (close.reply_code, close.reply_text) == (
+    assert channel_close(raw, 1) == (
         404,
         "NOT_FOUND - no queue 'amq.rabbitmq.reply-to' in vhost '/'",
+        60,
+        70,
     )
-    assert (close.class_id, close.method_id) == (60, 70)
 
 
 def test_passive_declare_of_issued_reply_name(raw: RawClient, conn: BlockingConnection) -> None:
-    raw.open_channel(1)
-    raw.open_channel(2)
-    raw.send_method(2, commands.Basic.Consume(queue=REPLY_TO, no_ack=True))
-    raw.expect(commands.Basic.ConsumeOk, 2)
-    name = raw_request(raw, 2, 1)
+    name = issued_reply_name(raw)
     ok = conn.channel().queue_declare(name, passive=True).method
     assert (ok.queue, ok.message_count, ok.consumer_count) == (name, 0, 1)
     close_channel(raw, 2)
@@ -243,11 +220,7 @@ def test_passive_declare_of_issued_reply_name(raw: RawClient, conn: BlockingConn
 
 
 def test_reply_after_requester_channel_closed_is_dropped(raw: RawClient) -> None:
-    raw.open_channel(1)
-    raw.open_channel(2)
-    raw.send_method(2, commands.Basic.Consume(queue=REPLY_TO, no_ack=True))
-    raw.expect(commands.Basic.ConsumeOk, 2)
-    name = raw_request(raw, 2, 1)
+    name = issued_reply_name(raw)
     close_channel(raw, 2)
     raw.send_method(1, commands.Confirm.Select())
     raw.expect(commands.Confirm.SelectOk, 1)
@@ -263,11 +236,7 @@ def test_reply_after_requester_channel_closed_is_dropped(raw: RawClient) -> None
 
 @pytest.mark.kanin_only
 def test_mandatory_reply_to_live_requester_is_delivered_not_returned(raw: RawClient) -> None:
-    raw.open_channel(1)
-    raw.open_channel(2)
-    raw.send_method(2, commands.Basic.Consume(queue=REPLY_TO, no_ack=True))
-    raw.expect(commands.Basic.ConsumeOk, 2)
-    name = raw_request(raw, 2, 1)
+    name = issued_reply_name(raw)
     raw.publish(1, b"reply", routing_key=name, mandatory=True)
     # RabbitMQ 3.10 delivers the reply AND sends basic.return 312 NO_ROUTE for it, because
     # the reply bypasses queue routing. kanin deliberately does not copy that: a delivered
@@ -281,11 +250,7 @@ def test_mandatory_reply_to_live_requester_is_delivered_not_returned(raw: RawCli
 
 
 def test_reply_through_another_exchange_is_not_delivered(raw: RawClient) -> None:
-    raw.open_channel(1)
-    raw.open_channel(2)
-    raw.send_method(2, commands.Basic.Consume(queue=REPLY_TO, no_ack=True))
-    raw.expect(commands.Basic.ConsumeOk, 2)
-    name = raw_request(raw, 2, 1)
+    name = issued_reply_name(raw)
     # RabbitMQ 3.10: only the default exchange knows reply names; amq.direct routes nowhere.
     raw.publish(1, b"lost", exchange="amq.direct", routing_key=name)
     assert_silent(raw, 0.5)
@@ -296,8 +261,7 @@ def test_reply_through_another_exchange_is_not_delivered(raw: RawClient) -> None
 
 def test_only_the_exact_pseudo_queue_name_is_rewritten(raw: RawClient) -> None:
     raw.open_channel(1)
-    raw.send_method(1, commands.Queue.Declare(queue="", exclusive=True))
-    queue = raw.expect(commands.Queue.DeclareOk, 1).queue
+    queue = declare_queue(raw, 1)
     props = commands.Basic.Properties(reply_to=REPLY_TO + ".mine")
     # No reply consumer on this channel, and yet no error: the reply_to is left as it is.
     raw.publish(1, b"request", routing_key=queue, properties=props)
@@ -307,18 +271,13 @@ def test_only_the_exact_pseudo_queue_name_is_rewritten(raw: RawClient) -> None:
 
 
 def test_replies_do_not_use_up_delivery_tags(raw: RawClient) -> None:
-    raw.open_channel(1)
-    raw.open_channel(2)
-    raw.send_method(2, commands.Basic.Consume(queue=REPLY_TO, no_ack=True))
-    raw.expect(commands.Basic.ConsumeOk, 2)
-    name = raw_request(raw, 2, 1)
+    name = issued_reply_name(raw)
     for _ in range(2):
         raw.publish(1, b"reply", routing_key=name)
     # RabbitMQ 3.10: each reply carries the channel's next delivery tag without consuming it.
     tags = [read_message(raw, commands.Basic.Deliver)[0].delivery_tag for _ in range(2)]
     assert tags == [1, 1]
-    raw.send_method(2, commands.Queue.Declare(queue="", exclusive=True))
-    queue = raw.expect(commands.Queue.DeclareOk, 2).queue
+    queue = declare_queue(raw, 2)
     raw.publish(1, b"m", routing_key=queue)
     raw.send_method(2, commands.Basic.Get(queue=queue))
     assert read_message(raw, commands.Basic.GetOk)[0].delivery_tag == 1

@@ -7,8 +7,7 @@ bindings, alternate exchanges and internal exchanges in test_exchanges_e2e.py.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import suppress
+from collections.abc import Iterator
 from typing import Any
 
 import aio_pika
@@ -16,65 +15,15 @@ import aiormq
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
-from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
+from pika.exceptions import ConnectionClosedByBroker
 
-Unique = Callable[[str], str]
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    yield connection
-    if connection.is_open:
-        connection.close()
+from helpers import Unique, channel_error, confirming, delete_afterwards, drain, private_queue
 
 
 @pytest.fixture
 def doomed(broker: Any) -> Iterator[list[str]]:
     """Names of durable/non-auto-delete exchanges to remove from a shared external broker."""
-    names: list[str] = []
-    yield names
-    if broker.embedded is not None or not names:
-        return  # a fresh embedded broker per test needs no cleanup
-    with suppress(Exception):
-        connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-        channel = connection.channel()
-        for name in names:
-            channel.exchange_delete(name)
-        connection.close()
-
-
-def channel_error(
-    conn: BlockingConnection, action: Callable[[BlockingChannel], Any]
-) -> tuple[int, str]:
-    """Run action on a fresh channel; it must end in channel.close from the broker."""
-    channel = conn.channel()
-    with pytest.raises(ChannelClosedByBroker) as info:
-        action(channel)
-    assert not channel.is_open
-    assert conn.is_open, "a channel error must not close the connection"
-    return info.value.reply_code, info.value.reply_text
-
-
-def confirming(conn: BlockingConnection) -> BlockingChannel:
-    channel = conn.channel()
-    channel.confirm_delivery()
-    return channel
-
-
-def drain(channel: BlockingChannel, queue: str) -> list[bytes]:
-    bodies: list[bytes] = []
-    while True:
-        method, _props, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
-
-
-def private_queue(channel: BlockingChannel) -> str:
-    queue = channel.queue_declare("", exclusive=True).method.queue
-    assert isinstance(queue, str)
-    return queue
+    yield from delete_afterwards(broker, lambda channel, name: channel.exchange_delete(name))
 
 
 DEFAULT_EXCHANGE_REFUSED = (403, "ACCESS_REFUSED - operation not permitted on the default exchange")

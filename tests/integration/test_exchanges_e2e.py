@@ -2,57 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import aio_pika
-import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
-from pika.exceptions import ChannelClosedByBroker, UnroutableError
+from pika.exceptions import UnroutableError
 
-Unique = Callable[[str], str]
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    yield connection
-    if connection.is_open:
-        connection.close()
+from helpers import Unique, channel_error, confirming, drain, private_queue
 
 
 @pytest.fixture
 def channel(conn: BlockingConnection) -> BlockingChannel:
     """A channel in confirm mode: once basic_publish returns, routing is done."""
-    ch = conn.channel()
-    ch.confirm_delivery()
-    return ch
-
-
-def channel_error(
-    conn: BlockingConnection, action: Callable[[BlockingChannel], Any]
-) -> tuple[int, str]:
-    ch = conn.channel()
-    with pytest.raises(ChannelClosedByBroker) as info:
-        action(ch)
-    assert conn.is_open
-    return info.value.reply_code, info.value.reply_text
-
-
-def drain(ch: BlockingChannel, queue: str) -> list[bytes]:
-    bodies: list[bytes] = []
-    while True:
-        method, _props, body = ch.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body)
-
-
-def private_queue(ch: BlockingChannel) -> str:
-    queue = ch.queue_declare("", exclusive=True).method.queue
-    assert isinstance(queue, str)
-    return queue
+    return confirming(conn)
 
 
 # --- exchange-to-exchange bindings ----------------------------------------------------------

@@ -6,7 +6,6 @@ with publisher confirms, and compares what reached the queue with what RabbitMQ 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import aio_pika
@@ -16,37 +15,13 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import ChannelClosedByBroker
 
-Unique = Callable[[str], str]
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    yield connection
-    if connection.is_open:
-        connection.close()
+import helpers
+from helpers import Unique, confirming, private_queue
 
 
 def drain(channel: BlockingChannel, queue: str) -> list[str]:
-    bodies: list[str] = []
-    while True:
-        method, _props, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return bodies
-        bodies.append(body.decode())
-
-
-def confirming(conn: BlockingConnection) -> BlockingChannel:
-    """A channel in confirm mode: once basic_publish returns, routing is done."""
-    channel = conn.channel()
-    channel.confirm_delivery()
-    return channel
-
-
-def private_queue(channel: BlockingChannel) -> str:
-    queue = channel.queue_declare("", exclusive=True).method.queue
-    assert isinstance(queue, str)
-    return queue
+    """The bodies left in the queue, as text (each body names its message)."""
+    return [body.decode() for body in helpers.drain(channel, queue)]
 
 
 # --- direct and fanout routing --------------------------------------------------------------

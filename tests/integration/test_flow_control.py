@@ -9,15 +9,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager
-from typing import Any
 
 import pika
 import pytest
 
+from helpers import BrokerFactory
+
 pytestmark = pytest.mark.kanin_only
 
-BrokerFactory = Callable[..., AbstractContextManager[Any]]
 WATERMARK = 64 * 1024
 BODY = b"x" * 1024
 

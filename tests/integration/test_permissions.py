@@ -8,18 +8,16 @@ and permissions set up by rabbitmqctl (it does not name which permission was mis
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from typing import Any
 
 import pika
 import pytest
 from pika.exceptions import ChannelClosedByBroker, ProbableAccessDeniedError
 
+from helpers import BrokerFactory
 from kanin.config import PermissionSpec, UserSpec
 
 pytestmark = pytest.mark.kanin_only
-
-BrokerFactory = Callable[..., AbstractContextManager[Any]]
 
 USERS = (
     UserSpec("guest", "guest"),

@@ -7,54 +7,21 @@ the server-sent basic.cancel are in test_queues_exclusive.py.
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable, Iterator
-from contextlib import suppress
+from collections.abc import Iterator
 from typing import Any
 
 import aio_pika
 import aiormq
-import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
-from pika.exceptions import ChannelClosedByBroker
 
-Unique = Callable[[str], str]
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    yield connection
-    if connection.is_open:
-        connection.close()
+from helpers import Unique, channel_error, delete_afterwards, process_events_until
 
 
 @pytest.fixture
 def doomed(broker: Any) -> Iterator[list[str]]:
     """Names of non-exclusive queues to remove from a shared external broker afterwards."""
-    names: list[str] = []
-    yield names
-    if broker.embedded is not None or not names:
-        return  # a fresh embedded broker per test needs no cleanup
-    with suppress(Exception):
-        connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-        channel = connection.channel()
-        for name in names:
-            channel.queue_delete(name)
-        connection.close()
-
-
-def channel_error(
-    conn: BlockingConnection, action: Callable[[BlockingChannel], Any]
-) -> tuple[int, str]:
-    """Run action on a fresh channel; it must end in channel.close from the broker."""
-    channel = conn.channel()
-    with pytest.raises(ChannelClosedByBroker) as info:
-        action(channel)
-    assert not channel.is_open
-    assert conn.is_open, "a channel error must not close the connection"
-    return info.value.reply_code, info.value.reply_text
+    yield from delete_afterwards(broker, lambda channel, name: channel.queue_delete(name))
 
 
 def publish(conn: BlockingConnection, queue: str, count: int) -> None:
@@ -89,9 +56,7 @@ def test_declare_ok_reports_counts(conn: BlockingConnection, unique: Unique) -> 
     consumer.basic_qos(prefetch_count=1)
     delivered: list[bytes] = []
     consumer.basic_consume(name, lambda _ch, _m, _p, body: delivered.append(body))
-    deadline = time.monotonic() + 5
-    while not delivered and time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.1)
+    process_events_until(conn, lambda: bool(delivered))
     assert delivered == [b"m0"]
     # RabbitMQ 3.10: message_count counts ready messages only, not the unacked one
     assert counts(conn, name) == (2, 1)

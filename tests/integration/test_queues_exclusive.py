@@ -14,34 +14,14 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import ChannelClosedByBroker
 
-Unique = Callable[[str], str]
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    yield connection
-    if connection.is_open:
-        connection.close()
+from helpers import Unique, channel_error, process_events_until
 
 
 @pytest.fixture
 def other(broker: Any) -> Iterator[BlockingConnection]:
     """A second, independent connection."""
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    yield connection
-    if connection.is_open:
-        connection.close()
-
-
-def channel_error(
-    conn: BlockingConnection, action: Callable[[BlockingChannel], Any]
-) -> tuple[int, str]:
-    channel = conn.channel()
-    with pytest.raises(ChannelClosedByBroker) as info:
-        action(channel)
-    assert conn.is_open, "a channel error must not close the connection"
-    return info.value.reply_code, info.value.reply_text
+    with pika.BlockingConnection(pika.URLParameters(broker.url)) as connection:
+        yield connection
 
 
 def exists(conn: BlockingConnection, queue: str) -> bool:
@@ -206,9 +186,7 @@ def test_consumer_cancelled_when_queue_deleted_pika(
     channel.add_on_cancel_callback(lambda frame: cancels.append(frame.method))
     channel.basic_consume(name, lambda *_args: None, consumer_tag="watcher")
     assert conn.channel().queue_delete(name).method.message_count == 0
-    deadline = time.monotonic() + 5
-    while not cancels and time.monotonic() < deadline:
-        conn.process_data_events(time_limit=0.1)
+    process_events_until(conn, lambda: bool(cancels))
     assert [c.consumer_tag for c in cancels] == ["watcher"]
     # RabbitMQ 3.10: the notification carries nowait=true; the channel stays open
     assert cancels[0].nowait is True

@@ -9,12 +9,10 @@ texts are RabbitMQ 3.10's. tx/confirm mode conflicts are in test_confirms.py.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import aio_pika
 import aiormq
-import pika
 import pytest
 from pamqp import commands
 from pamqp.body import ContentBody
@@ -22,44 +20,20 @@ from pamqp.header import ContentHeader
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import ChannelClosedByBroker
 
+from helpers import (
+    Unique,
+    assert_silent,
+    channel_close,
+    declare_queue,
+    drain,
+    transactional_channel,
+)
 from rawamqp import RawClient
-
-Unique = Callable[[str], str]
-
-
-@pytest.fixture
-def raw(broker: Any) -> Iterator[RawClient]:
-    with RawClient.connect(broker.host, broker.port) as client:
-        client.handshake()
-        yield client
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika.BlockingConnection(pika.URLParameters(broker.url))
-    yield connection
-    if connection.is_open:
-        connection.close()
 
 
 def ready(channel: BlockingChannel, queue: str) -> int:
     """Messages ready in the queue (unacked ones are not counted)."""
     return channel.queue_declare(queue, passive=True).method.message_count
-
-
-def bodies(channel: BlockingChannel, queue: str) -> list[bytes]:
-    """Drain the queue with basic.get (auto-ack) and return the bodies in order."""
-    out: list[bytes] = []
-    while True:
-        method, _props, body = channel.basic_get(queue, auto_ack=True)
-        if method is None:
-            return out
-        out.append(body)
-
-
-def assert_silent(raw: RawClient, timeout: float = 0.3) -> None:
-    with pytest.raises(TimeoutError):
-        raw.read_frame(timeout)
 
 
 def test_select_commit_rollback_and_repeated_commits(conn: BlockingConnection) -> None:
@@ -76,7 +50,7 @@ def test_select_commit_rollback_and_repeated_commits(conn: BlockingConnection) -
     tx.tx_commit()
     tx.tx_rollback()
     tx.tx_commit()
-    assert bodies(channel, queue) == [b"first", b"second", b"third"]
+    assert drain(channel, queue) == [b"first", b"second", b"third"]
     assert tx.is_open
 
 
@@ -91,7 +65,7 @@ def test_publishes_invisible_until_commit(conn: BlockingConnection) -> None:
     assert observer.basic_get(queue, auto_ack=True) == (None, None, None)
     tx.tx_commit()
     assert ready(observer, queue) == 3
-    assert bodies(observer, queue) == [b"m0", b"m1", b"m2"]
+    assert drain(observer, queue) == [b"m0", b"m1", b"m2"]
 
 
 async def test_consumer_receives_only_after_commit(broker: Any) -> None:
@@ -125,7 +99,7 @@ def test_rollback_discards_publishes(conn: BlockingConnection) -> None:
     tx.tx_rollback()
     tx.basic_publish("", queue, b"kept")
     tx.tx_commit()
-    assert bodies(observer, queue) == [b"kept"]
+    assert drain(observer, queue) == [b"kept"]
 
 
 def test_closing_channel_discards_uncommitted_publishes(conn: BlockingConnection) -> None:
@@ -208,12 +182,12 @@ def test_commit_or_rollback_without_select_is_406(conn: BlockingConnection, meth
 def test_not_transactional_close_frame(raw: RawClient, method: Any, method_id: int) -> None:
     raw.open_channel(1)
     raw.send_method(1, method)
-    close = raw.expect(commands.Channel.Close, 1)
-    assert (close.reply_code, close.reply_text) == (
+    assert channel_close(raw, 1) == (
         406,
         "PRECONDITION_FAILED - channel is not transactional",
+        90,
+        method_id,
     )
-    assert (close.class_id, close.method_id) == (90, method_id)
 
 
 async def test_aio_pika_transaction_context_and_commit_without_select(broker: Any) -> None:
@@ -240,9 +214,7 @@ async def test_aio_pika_transaction_context_and_commit_without_select(broker: An
 def test_mandatory_return_is_sent_at_commit_before_commit_ok(
     raw: RawClient, unique: Unique
 ) -> None:
-    raw.open_channel(1)
-    raw.send_method(1, commands.Tx.Select())
-    raw.expect(commands.Tx.SelectOk, 1)
+    transactional_channel(raw, 1)
     key = unique("nowhere")
     raw.publish(1, b"r", routing_key=key, mandatory=True)
     # RabbitMQ 3.10: nothing is routed (so nothing returned) before the commit.
@@ -260,38 +232,28 @@ def test_mandatory_return_is_sent_at_commit_before_commit_ok(
 
 
 def test_publish_to_missing_exchange_in_tx_fails_at_publish(raw: RawClient, unique: Unique) -> None:
-    raw.open_channel(1)
-    raw.send_method(1, commands.Tx.Select())
-    raw.expect(commands.Tx.SelectOk, 1)
+    transactional_channel(raw, 1)
     exchange = unique("missing")
     raw.publish(1, b"x", exchange=exchange, routing_key="k")
     # RabbitMQ 3.10: checked at publish time, not deferred to tx.commit.
-    close = raw.expect(commands.Channel.Close, 1)
-    assert (close.reply_code, close.reply_text) == (
+    assert channel_close(raw, 1) == (
         404,
         f"NOT_FOUND - no exchange '{exchange}' in vhost '/'",
+        60,
+        40,
     )
-    assert (close.class_id, close.method_id) == (60, 40)
 
 
 def test_unknown_delivery_tag_in_tx_fails_at_ack(raw: RawClient) -> None:
-    raw.open_channel(1)
-    raw.send_method(1, commands.Tx.Select())
-    raw.expect(commands.Tx.SelectOk, 1)
+    transactional_channel(raw, 1)
     raw.send_method(1, commands.Basic.Ack(delivery_tag=7))
     # RabbitMQ 3.10: the tag is checked when the ack arrives, not at tx.commit.
-    close = raw.expect(commands.Channel.Close, 1)
-    assert (close.reply_code, close.reply_text) == (
-        406,
-        "PRECONDITION_FAILED - unknown delivery tag 7",
-    )
-    assert (close.class_id, close.method_id) == (60, 80)
+    assert channel_close(raw, 1) == (406, "PRECONDITION_FAILED - unknown delivery tag 7", 60, 80)
 
 
 def test_double_ack_in_one_tx_is_406(raw: RawClient) -> None:
     raw.open_channel(1)
-    raw.send_method(1, commands.Queue.Declare(queue="", exclusive=True))
-    queue = raw.expect(commands.Queue.DeclareOk, 1).queue
+    queue = declare_queue(raw, 1)
     raw.publish(1, b"m", routing_key=queue)
     raw.send_method(1, commands.Tx.Select())
     raw.expect(commands.Tx.SelectOk, 1)

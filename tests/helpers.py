@@ -1,0 +1,262 @@
+"""Helpers the integration tests share: connecting, waiting with a deadline, draining queues,
+reading a broker's channel.close, and a few raw-client steps.
+
+Import them like rawamqp (tests/ is on sys.path): `from helpers import channel_error, drain`.
+Fixtures (`conn`, `raw`) are in tests/integration/conftest.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, suppress
+from dataclasses import dataclass
+from typing import Any, Protocol
+from urllib.parse import unquote, urlparse
+
+import amqp
+import pika
+import pytest
+from pamqp import commands
+from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.exceptions import ChannelClosedByBroker
+
+from rawamqp import RawClient
+
+
+class Endpoint(Protocol):
+    host: str
+    port: int
+    url: str
+
+
+Unique = Callable[[str], str]
+BrokerFactory = Callable[..., AbstractContextManager[Any]]
+
+
+# --- connecting -------------------------------------------------------------------------------
+
+
+def pika_connect(url: str) -> BlockingConnection:
+    """A pika connection that fails fast: one attempt, 5 s socket and blocked timeouts."""
+    params = pika.URLParameters(url)
+    params.connection_attempts = 1
+    params.socket_timeout = 5
+    params.blocked_connection_timeout = 5
+    return pika.BlockingConnection(params)
+
+
+def pika_params(endpoint: Any, **overrides: Any) -> pika.ConnectionParameters:
+    """guest/guest on the endpoint's host and port, one attempt, 5 s timeouts; overridable."""
+    options: dict[str, Any] = {
+        "host": endpoint.host,
+        "port": endpoint.port,
+        "credentials": pika.PlainCredentials("guest", "guest"),
+        "connection_attempts": 1,
+        "socket_timeout": 5,
+        "blocked_connection_timeout": 5,
+    }
+    options.update(overrides)
+    return pika.ConnectionParameters(**options)
+
+
+def amqp_connect(url: str) -> amqp.Connection:
+    """A py-amqp connection: unlike pika and aio-pika it sends consumer tags unchanged."""
+    u = urlparse(url)
+    conn = amqp.Connection(
+        host=f"{u.hostname}:{u.port or 5672}",
+        userid=unquote(u.username or "guest"),
+        password=unquote(u.password or "guest"),
+        virtual_host=unquote(u.path[1:]) or "/",
+        connect_timeout=5,
+    )
+    conn.connect()
+    return conn
+
+
+def raw_client(endpoint: Any) -> RawClient:
+    """A raw client connected to the endpoint, before the protocol header."""
+    return RawClient.connect(endpoint.host, endpoint.port)
+
+
+def delete_afterwards(
+    broker: Any, delete: Callable[[BlockingChannel, str], object]
+) -> Iterator[list[str]]:
+    """Body of a fixture: yields a list the test fills with names; on an external broker each
+    name is then deleted with `delete(channel, name)`, errors ignored."""
+    names: list[str] = []
+    yield names
+    if broker.embedded is not None or not names:
+        return  # a fresh embedded broker per test needs no cleanup
+    with suppress(Exception):
+        connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+        channel = connection.channel()
+        for name in names:
+            delete(channel, name)
+        connection.close()
+
+
+# --- waiting ----------------------------------------------------------------------------------
+
+
+def wait_for(
+    conn: BlockingConnection,
+    cond: Callable[[], bool],
+    timeout: float = 5.0,
+    message: str = "timed out waiting",
+) -> None:
+    """Dispatch pika events until cond() holds; fail with `message` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        left = deadline - time.monotonic()
+        assert left > 0, message
+        conn.process_data_events(time_limit=min(left, 0.05))
+
+
+def settle(conn: BlockingConnection, seconds: float = 0.3) -> None:
+    """Process events for a fixed time, to show that nothing more arrives."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        conn.process_data_events(time_limit=min(left, 0.05))
+
+
+def process_events_until(
+    conn: BlockingConnection, done: Callable[[], bool], timeout: float = 5.0
+) -> None:
+    """Dispatch pika events 0.1 s at a time until done() or the timeout; never fails by itself:
+    the caller's next assertion says what did not arrive."""
+    deadline = time.monotonic() + timeout
+    while not done() and time.monotonic() < deadline:
+        conn.process_data_events(time_limit=0.1)
+
+
+# --- consuming and publishing with pika -------------------------------------------------------
+
+
+@dataclass
+class Got:
+    consumer: str
+    tag: int
+    body: str
+    redelivered: bool
+
+
+def collect(into: list[Got], name: str) -> Callable[..., None]:
+    """An on_message callback that records each delivery as a Got from consumer `name`."""
+
+    def on_message(_ch: BlockingChannel, method: Any, _props: Any, body: bytes) -> None:
+        into.append(Got(name, method.delivery_tag, body.decode(), method.redelivered))
+
+    return on_message
+
+
+def publish(ch: BlockingChannel, queue: str, *bodies: str) -> None:
+    """Publish each body to the queue through the default exchange."""
+    for body in bodies:
+        ch.basic_publish("", queue, body.encode())
+
+
+def declare(ch: BlockingChannel, name: str) -> str:
+    """An exclusive queue of that name."""
+    return ch.queue_declare(name, exclusive=True).method.queue
+
+
+def private_queue(channel: BlockingChannel) -> str:
+    """An exclusive, server-named queue."""
+    queue = channel.queue_declare("", exclusive=True).method.queue
+    assert isinstance(queue, str)
+    return queue
+
+
+def confirming(conn: BlockingConnection) -> BlockingChannel:
+    """A channel in confirm mode: once basic_publish returns, routing is done."""
+    channel = conn.channel()
+    channel.confirm_delivery()
+    return channel
+
+
+def wait_ready(conn: BlockingConnection, ch: BlockingChannel, queue: str, n: int) -> None:
+    """Wait until the queue holds n ready messages (requeueing after a close is asynchronous)."""
+    wait_for(conn, lambda: ch.queue_declare(queue, passive=True).method.message_count == n)
+
+
+def drain(channel: BlockingChannel, queue: str) -> list[bytes]:
+    """Empty the queue with basic.get (auto-ack) and return the bodies in order."""
+    bodies: list[bytes] = []
+    while True:
+        method, _props, body = channel.basic_get(queue, auto_ack=True)
+        if method is None:
+            return bodies
+        bodies.append(body)
+
+
+def drain_redelivered(ch: BlockingChannel, queue: str) -> list[tuple[str, bool]]:
+    """Empty the queue with basic.get (auto-ack): (body, redelivered) of each message in order."""
+    out = []
+    while True:
+        method, _props, body = ch.basic_get(queue, auto_ack=True)
+        if method is None:
+            return out
+        out.append((body.decode(), method.redelivered))
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+
+def channel_error(
+    conn: BlockingConnection, action: Callable[[BlockingChannel], Any]
+) -> tuple[int, str]:
+    """Run action on a fresh channel; it must end in channel.close from the broker."""
+    channel = conn.channel()
+    with pytest.raises(ChannelClosedByBroker) as info:
+        action(channel)
+    assert not channel.is_open
+    assert conn.is_open, "a channel error must not close the connection"
+    return info.value.reply_code, info.value.reply_text
+
+
+def assert_closed_for_unknown_tag(ch: BlockingChannel, queue: str, tag: int) -> None:
+    """The broker has closed ch with 406 for an unknown delivery tag: the next call shows it."""
+    with pytest.raises(ChannelClosedByBroker) as err:
+        ch.queue_declare(queue, passive=True)
+    assert (err.value.reply_code, err.value.reply_text) == (
+        406,
+        f"PRECONDITION_FAILED - unknown delivery tag {tag}",
+    )
+
+
+# --- raw client -------------------------------------------------------------------------------
+
+
+def declare_queue(raw: RawClient, channel: int, name: str = "", **arguments: Any) -> str:
+    """An exclusive queue (gone when the test's connection closes)."""
+    raw.send_method(
+        channel, commands.Queue.Declare(queue=name, exclusive=True, arguments=arguments or None)
+    )
+    return raw.expect(commands.Queue.DeclareOk, channel).queue
+
+
+def confirm_channel(raw: RawClient, channel: int) -> None:
+    """Open the channel and put it in confirm mode."""
+    raw.open_channel(channel)
+    raw.send_method(channel, commands.Confirm.Select())
+    raw.expect(commands.Confirm.SelectOk, channel)
+
+
+def transactional_channel(raw: RawClient, channel: int) -> None:
+    """Open the channel and make it transactional."""
+    raw.open_channel(channel)
+    raw.send_method(channel, commands.Tx.Select())
+    raw.expect(commands.Tx.SelectOk, channel)
+
+
+def channel_close(raw: RawClient, channel: int) -> tuple[int, str, int, int]:
+    """The server's channel.close on that channel as (code, text, class id, method id)."""
+    close = raw.expect(commands.Channel.Close, channel)
+    return close.reply_code, close.reply_text, close.class_id, close.method_id
+
+
+def assert_silent(raw: RawClient, timeout: float = 0.3) -> None:
+    """Nothing arrives within the timeout."""
+    with pytest.raises(TimeoutError):
+        raw.read_frame(timeout)
