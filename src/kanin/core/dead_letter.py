@@ -18,8 +18,7 @@ import copy
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from pamqp import header as pamqp_header
-
+from kanin.amqp.tables import LongLong, encode_header
 from kanin.core.message import Entry, Message
 
 if TYPE_CHECKING:
@@ -36,32 +35,37 @@ def dead_letter(vhost: VirtualHost, queue: Queue, entries: list[Entry], reason: 
         return  # RabbitMQ drops the message when its DLX does not exist
     for entry in entries:
         message = dead_lettered_message(entry.message, queue, reason)
-        targets = vhost.route(exchange, message.routing_key, message.headers)
-        for target in targets:
-            if not is_cycle(target.name, message.headers.get("x-death") or [], reason):
+        deaths = message.headers.get("x-death") or []
+        for target in vhost.route_keys(exchange, message.routing_keys, message.headers):
+            if not is_cycle(target.name, deaths, reason):
                 target.publish(message)
 
 
 def dead_lettered_message(original: Message, queue: Queue, reason: str) -> Message:
     properties = copy.copy(original.properties)
     headers: dict[str, Any] = dict(properties.headers or {})
-    deaths = [death for death in headers.get("x-death") or [] if isinstance(death, dict)]
-    routing_keys = [original.routing_key, *_string_list(headers.get("CC"))]
+    deaths = [
+        # pamqp decodes without wire types: put back the 64-bit count RabbitMQ writes.
+        {**death, "count": LongLong(int(death.get("count", 0)))}
+        for death in headers.get("x-death") or []
+        if isinstance(death, dict)
+    ]
     previous = next(
         (d for d in deaths if d.get("queue") == queue.name and d.get("reason") == reason), None
     )
     if previous is not None:
+        # A repeat only counts and moves to the front; the rest stays as at first death.
         deaths.remove(previous)
         death = dict(previous)
-        death["count"] = int(death.get("count", 0)) + 1
+        death["count"] = LongLong(int(death.get("count", 0)) + 1)
     else:
         death = {
-            "count": 1,
+            "count": LongLong(1),
             "reason": reason,
             "queue": queue.name,
             "time": _now(),
             "exchange": original.exchange,
-            "routing-keys": routing_keys,
+            "routing-keys": [original.routing_key, *_string_list(headers.get("CC"))],
         }
         if properties.expiration:
             death["original-expiration"] = properties.expiration
@@ -70,16 +74,24 @@ def dead_lettered_message(original: Message, queue: Queue, reason: str) -> Messa
     headers.setdefault("x-first-death-exchange", original.exchange)
     headers.setdefault("x-first-death-queue", queue.name)
     headers.setdefault("x-first-death-reason", reason)
+    dead_letter_key = queue.args.dead_letter_routing_key
+    if dead_letter_key is not None:
+        # A fixed dead-letter key replaces the original keys, CC included.
+        headers.pop("CC", None)
+        routing_key: str = dead_letter_key
+        extra_keys: tuple[str, ...] = ()
+    else:
+        routing_key, extra_keys = original.routing_key, original.cc_bcc
     properties.headers = headers
     properties.expiration = None
-    routing_key = queue.args.dead_letter_routing_key or original.routing_key
-    header_payload = pamqp_header.ContentHeader(0, len(original.body), properties).marshal()
     return Message(
         queue.args.dead_letter_exchange or "",
         routing_key,
-        header_payload,
+        encode_header(len(original.body), properties),
         original.body,
         properties,
+        None,
+        extra_keys,
     )
 
 

@@ -76,6 +76,7 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
         return
     if method.passive:
         queue = vhost.get_queue(method.queue, port)
+        queue.touch()  # a passive declare counts as use for x-expires, as in RabbitMQ
     else:
         if method.queue:
             check_permission(port, "configure", "queue", method.queue)

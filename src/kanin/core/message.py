@@ -14,6 +14,7 @@ class Message:
 
     __slots__ = (
         "body",
+        "cc_bcc",
         "exchange",
         "expiration_ms",
         "header_payload",
@@ -29,13 +30,19 @@ class Message:
         body: bytes,
         properties: Any,
         expiration_ms: int | None = None,
+        cc_bcc: tuple[str, ...] = (),
     ) -> None:
+        self.cc_bcc = cc_bcc  # sender-selected routing keys; they route the message too
         self.exchange = exchange
         self.expiration_ms = expiration_ms  # the per-message `expiration`, parsed
         self.routing_key = routing_key
         self.header_payload = header_payload
         self.body = body
         self.properties = properties
+
+    @property
+    def routing_keys(self) -> tuple[str, ...]:
+        return (self.routing_key, *self.cc_bcc)
 
     @property
     def persistent(self) -> bool:

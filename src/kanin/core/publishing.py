@@ -9,19 +9,21 @@ In tx mode the publish is buffered and this path runs at tx.commit instead.
 
 from __future__ import annotations
 
+import re
 import secrets
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
-from pamqp import header as pamqp_header
 
 from kanin.amqp import constants as C
 from kanin.amqp.assembler import Content
 from kanin.amqp.errors import ChannelError, ConnectionError_
 from kanin.amqp.frames import decode_properties
 from kanin.amqp.methods import build
+from kanin.amqp.tables import encode_header
 from kanin.core.message import Message
 from kanin.core.permissions import check_permission
+from kanin.core.queue_args import MAX_TTL_MS
 
 if TYPE_CHECKING:
     from kanin.core.broker import Broker
@@ -54,8 +56,13 @@ def publish(channel: Channel, content: Content) -> None:
             f"'{channel.port.user.name}'",
         )
     header_payload = content.header.payload
+    extra_keys = sender_selected_keys(properties.headers)
     if properties.reply_to == REPLY_TO:
         header_payload = _claim_reply_to(channel, properties, content.header.body_size)
+    if properties.headers and "BCC" in properties.headers:
+        # BCC routes but is never seen by consumers: strip it, as RabbitMQ does.
+        properties.headers = {k: v for k, v in properties.headers.items() if k != "BCC"}
+        header_payload = encode_header(content.header.body_size, properties)
     message = Message(
         method.exchange,
         method.routing_key,
@@ -63,6 +70,7 @@ def publish(channel: Channel, content: Content) -> None:
         content.body,
         properties,
         parse_expiration(properties.expiration),
+        extra_keys,
     )
     if channel.tx is not None:
         channel.tx.append(("publish", (message, method.mandatory)))
@@ -78,7 +86,9 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
         routed = _deliver_reply(channel, message)
     else:
         exchange = vhost.exchanges.get(message.exchange)
-        queues = vhost.route(exchange, message.routing_key, message.headers) if exchange else []
+        queues = (
+            vhost.route_keys(exchange, message.routing_keys, message.headers) if exchange else []
+        )
         for queue in queues:
             if not queue.publish(message):
                 refused = True
@@ -108,7 +118,19 @@ def _claim_reply_to(channel: Channel, properties: commands.Basic.Properties, siz
     if channel.reply_key is None:
         raise ChannelError(C.PRECONDITION_FAILED, "fast reply consumer does not exist")
     properties.reply_to = REPLY_TO_PREFIX + channel.reply_key
-    return pamqp_header.ContentHeader(0, size, properties).marshal()
+    return encode_header(size, properties)
+
+
+def sender_selected_keys(headers: dict[str, Any] | None) -> tuple[str, ...]:
+    """The CC and BCC routing keys of sender-selected distribution (RabbitMQ extension)."""
+    if not headers:
+        return ()
+    keys: list[str] = []
+    for name in ("CC", "BCC"):
+        value = headers.get(name)
+        if isinstance(value, list):
+            keys.extend(v for v in value if isinstance(v, str))
+    return tuple(keys)
 
 
 def _deliver_reply(channel: Channel, message: Message) -> bool:
@@ -133,18 +155,26 @@ def is_reply_to_name(name: str, broker: Broker) -> bool:
     )
 
 
+_INTEGER_PREFIX = re.compile(r"([+-]?[0-9]+)(.*)", re.DOTALL)
+
+
 def parse_expiration(expiration: str | None) -> int | None:
-    """The per-message TTL in ms, refused with 406 in RabbitMQ's words when malformed."""
-    if expiration is None or expiration == "":
+    """The per-message TTL in ms, refused with 406 in RabbitMQ 3.10's words when malformed.
+
+    RabbitMQ parses it with Erlang's string:to_integer: an optional sign and digits,
+    and anything left over is an error, as is a value above ten years.
+    """
+    if expiration is None:
         return None
-    try:
-        value = int(expiration)
-    except ValueError:
-        raise ChannelError(
-            C.PRECONDITION_FAILED, f"invalid expiration '{expiration}': no_integer"
-        ) from None
-    if value < 0:
-        raise ChannelError(
-            C.PRECONDITION_FAILED, f"invalid expiration '{expiration}': {{value_negative,{value}}}"
-        )
-    return value
+    match = _INTEGER_PREFIX.fullmatch(expiration)
+    if match is None:
+        detail = "no_integer"
+    elif match.group(2):
+        detail = f'{{leftover_string,"{match.group(2)}"}}'
+    elif int(match.group(1)) < 0:
+        detail = f"{{value_negative,{int(match.group(1))}}}"
+    elif int(match.group(1)) > MAX_TTL_MS:
+        detail = f"{{value_too_large,{int(match.group(1))}}}"
+    else:
+        return int(match.group(1))
+    raise ChannelError(C.PRECONDITION_FAILED, f"invalid expiration '{expiration}': {detail}")

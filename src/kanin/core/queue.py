@@ -78,6 +78,7 @@ class Queue:
         self._ttl_timer: Cancellable | None = None
         self._ttl_due = 0.0
         self._expires_timer: Cancellable | None = None
+        self._sac_previous: Consumer | None = None  # a cancelled active consumer still owing
         self._last_used = scheduler.time()
         # Set by the vhost.
         self.on_unused: Callable[[Queue], None] | None = None  # auto-delete, x-expires
@@ -100,22 +101,28 @@ class Queue:
     def publish(self, message: Message) -> bool:
         """Enqueue; False when the queue refuses the message (x-overflow reject-publish*)."""
         size = len(message.body)
-        if self.args.has_length_limit and self._full_for(size):
-            if self.args.rejects_publish:
-                return False
-            self._drop_head_for(size)
+        if self.args.rejects_publish and self._full_for(size):
+            return False
         entry = Entry(message, self._next_seq)
         self._next_seq += 1
         self._memory.add(size)
         ttl_ms = self._ttl_ms(message)
         if ttl_ms is not None:
-            now = self._scheduler.time()
-            entry.expires_at = now + ttl_ms / 1000
-            if ttl_ms == 0:
-                self._deliver_or_expire_now(entry)
+            entry.expires_at = self._scheduler.time() + ttl_ms / 1000
+        if not self.ready and self.consumers:
+            # As RabbitMQ: a message reaching an empty queue goes straight to a consumer
+            # with room, so it never counts against x-max-length nor waits out a TTL of 0.
+            consumer = self._pick_consumer()
+            if consumer is not None:
+                consumer.channel.deliver(consumer, entry)
                 return True
+        if ttl_ms == 0:
+            self.dead_letter([entry], "expired")
+            return True
         self.ready.append(entry)
         self.ready_bytes += size
+        if self.args.has_length_limit:
+            self._enforce_length()
         if entry.expires_at is not None:
             self._arm_ttl()
         if self.consumers:
@@ -133,14 +140,6 @@ class Queue:
             return message_ttl
         return queue_ttl if message_ttl is None else min(queue_ttl, message_ttl)
 
-    def _deliver_or_expire_now(self, entry: Entry) -> None:
-        """TTL 0: delivered at once to a consumer with room, or expired, as in RabbitMQ."""
-        consumer = self._pick_consumer() if not self.ready else None
-        if consumer is not None:
-            consumer.channel.deliver(consumer, entry)
-        else:
-            self.dead_letter([entry], "expired")
-
     def requeue(self, entries: list[Entry]) -> None:
         """Put delivered messages back at their original place, marked redelivered."""
         if self.deleted:
@@ -151,6 +150,8 @@ class Queue:
             entry.redelivered = True
             self.ready.requeue(entry)
             self.ready_bytes += len(entry.message.body)
+        if self.args.has_length_limit and not self.args.rejects_publish:
+            self._enforce_length()  # RabbitMQ drops from the head, requeued ones included
         self._arm_ttl()
         if self.consumers:
             self.schedule_dispatch()
@@ -164,10 +165,17 @@ class Queue:
         limit = args.max_length_bytes
         return limit is not None and self.ready_bytes + incoming_bytes > limit
 
-    def _drop_head_for(self, incoming_bytes: int) -> None:
-        """x-overflow drop-head: drop (dead-letter, reason maxlen) until the new one fits."""
+    def _over_limit(self) -> bool:
+        args = self.args
+        if args.max_length is not None and self.message_count > args.max_length:
+            return True
+        return args.max_length_bytes is not None and self.ready_bytes > args.max_length_bytes
+
+    def _enforce_length(self) -> None:
+        """x-overflow drop-head: drop (dead-letter, reason maxlen) from the head until the
+        queue is within its limits; for a priority queue the head is the highest priority."""
         dropped = []
-        while self.message_count and self._full_for(incoming_bytes):
+        while self._over_limit():
             entry = self._pop()
             assert entry is not None
             dropped.append(entry)
@@ -280,6 +288,11 @@ class Queue:
         self.schedule_dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
+        active = bool(self.consumers) and self.consumers[0] is consumer
+        if self.args.single_active_consumer and active and consumer.unacked:
+            # Hand over only once its deliveries are settled or back in the queue, so
+            # the next consumer sees them first: ordering is what SAC is for.
+            self._sac_previous = consumer
         try:
             self.consumers.remove(consumer)
         except ValueError:
@@ -322,6 +335,10 @@ class Queue:
         if not consumers:
             return None
         if self.args.single_active_consumer:
+            if self._sac_previous is not None:
+                if self._sac_previous.unacked:
+                    return None
+                self._sac_previous = None
             active = consumers[0]
             return active if active.has_capacity() else None
         count = len(consumers)

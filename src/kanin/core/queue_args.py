@@ -13,8 +13,8 @@ from kanin.amqp.errors import ChannelError
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 MAX_PRIORITY = 255
-# RabbitMQ bounds TTLs to what its timers accept: (2^32 - 1) ms.
-MAX_TTL_MS = 2**32 - 1
+# RabbitMQ 3.10's bound on x-message-ttl, x-expires and per-message expiration: ten years.
+MAX_TTL_MS = 315_360_000_000
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,24 @@ def _type_name(value: Any) -> str:
     return wire_type_name(value)
 
 
+# The arguments RabbitMQ 3.10 validates and compares on redeclare; others are ignored.
+KNOWN_ARGUMENTS = (
+    "x-expires",
+    "x-message-ttl",
+    "x-dead-letter-exchange",
+    "x-dead-letter-routing-key",
+    "x-max-length",
+    "x-max-length-bytes",
+    "x-max-in-memory-length",
+    "x-max-in-memory-bytes",
+    "x-max-priority",
+    "x-overflow",
+    "x-queue-mode",
+    "x-single-active-consumer",
+    "x-queue-type",
+)
+
+
 class _Checker:
     """Checks one queue's arguments; errors name the queue as RabbitMQ does."""
 
@@ -54,26 +72,31 @@ class _Checker:
     def fail(self, key: str, error: str) -> ChannelError:
         return ChannelError(C.PRECONDITION_FAILED, f"invalid arg '{key}' for {self.where}: {error}")
 
-    def integer(self, key: str, minimum: int, maximum: int | None = None) -> int | None:
-        value = self.arguments.get(key)
-        if value is None:
+    def integer(
+        self,
+        key: str,
+        *,
+        positive: bool = False,
+        maximum: int | None = None,
+        max_error: str = "value_too_large",
+    ) -> int | None:
+        if key not in self.arguments:
             return None
+        value = self.arguments[key]
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f"{{unacceptable_type,{_type_name(value)}}}")
-        if value < 0 and minimum >= 0:
+            raise self.fail(key, f'"expected integer, got {_type_name(value)}"')
+        if value < 0:
             raise self.fail(key, f"{{value_negative,{value}}}")
-        if value < minimum:
+        if positive and value == 0:
             raise self.fail(key, f"{{value_zero,{value}}}")
         if maximum is not None and value > maximum:
-            raise self.fail(key, f"{{value_too_large,{value},{maximum}}}")
+            raise self.fail(key, f"{{{max_error},{value}}}")
         return value
 
     def string(self, key: str) -> str | None:
-        value = self.arguments.get(key)
-        if value is None:
+        if key not in self.arguments:
             return None
-        if isinstance(value, bytes):
-            return value.decode("utf-8", "replace")
+        value = self.arguments[key]
         if not isinstance(value, str):
             raise self.fail(key, f"{{unacceptable_type,{_type_name(value)}}}")
         return value
@@ -83,26 +106,29 @@ def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> Queue
     check = _Checker(arguments, queue, vhost)
     overflow = check.string("x-overflow") or "drop-head"
     if overflow not in OVERFLOW_MODES:
-        raise check.fail("x-overflow", f'{{invalid_overflow_type,<<"{overflow}">>}}')
-    dlx = check.string("x-dead-letter-exchange")
-    dlrk = check.string("x-dead-letter-routing-key")
-    if dlrk is not None and dlx is None:
+        raise check.fail("x-overflow", "invalid_overflow")
+    dlx = arguments.get("x-dead-letter-exchange")
+    if dlx is not None and not isinstance(dlx, str):
         raise ChannelError(
             C.PRECONDITION_FAILED,
-            f"invalid arg 'x-dead-letter-routing-key' for {check.where}: "
-            "{no_dlx_for_dead_letter_routing_key}",
+            f"invalid type '{_type_name(dlx)}' for arg 'x-dead-letter-exchange' in {check.where}",
         )
+    dlrk = check.string("x-dead-letter-routing-key")
+    if dlrk is not None and dlx is None:
+        raise check.fail("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
     sac = arguments.get("x-single-active-consumer", False)
     if not isinstance(sac, bool):
         raise check.fail("x-single-active-consumer", f"{{unacceptable_type,{_type_name(sac)}}}")
     return QueueArgs(
-        message_ttl_ms=check.integer("x-message-ttl", 0, MAX_TTL_MS),
-        expires_ms=check.integer("x-expires", 1, MAX_TTL_MS),
+        message_ttl_ms=check.integer("x-message-ttl", maximum=MAX_TTL_MS),
+        expires_ms=check.integer("x-expires", positive=True, maximum=MAX_TTL_MS),
         dead_letter_exchange=dlx,
         dead_letter_routing_key=dlrk,
-        max_length=check.integer("x-max-length", 0),
-        max_length_bytes=check.integer("x-max-length-bytes", 0),
+        max_length=check.integer("x-max-length"),
+        max_length_bytes=check.integer("x-max-length-bytes"),
         overflow=overflow,
-        max_priority=check.integer("x-max-priority", 0, MAX_PRIORITY),
+        max_priority=check.integer(
+            "x-max-priority", maximum=MAX_PRIORITY, max_error="max_value_exceeded"
+        ),
         single_active_consumer=sac,
     )

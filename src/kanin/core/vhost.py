@@ -26,7 +26,7 @@ from kanin.core.exchanges.headers import check_x_match
 from kanin.core.memory import MemoryMonitor
 from kanin.core.message import Entry
 from kanin.core.queue import Queue
-from kanin.core.queue_args import parse_queue_args
+from kanin.core.queue_args import KNOWN_ARGUMENTS, parse_queue_args
 from kanin.core.scheduling import Scheduler
 
 PREDECLARED = (
@@ -158,16 +158,19 @@ class VirtualHost:
         self._check_equivalent_args(existing.arguments, arguments, what, ("alternate-exchange",))
 
     def _check_equivalent_args(
-        self, old: dict[str, Any], new: dict[str, Any], what: str, keys: tuple[str, ...] | None
+        self, old: dict[str, Any], new: dict[str, Any], what: str, keys: tuple[str, ...]
     ) -> None:
-        names = set(old) | set(new) if keys is None else keys
-        for key in sorted(names):
-            if old.get(key) != new.get(key):
-                raise ChannelError(
-                    C.PRECONDITION_FAILED,
-                    f"inequivalent arg '{key}' {what}: received {_describe(new.get(key))} "
-                    f"but current is {_describe(old.get(key))}",
-                )
+        for key in keys:
+            current, received = old.get(key), new.get(key)
+            if same_field_value(current, received):
+                continue
+            if key in old and key in new:
+                texts = f"'{_shown(received)}' but current is '{_shown(current)}'"
+            else:
+                texts = f"{_describe(received)} but current is {_describe(current)}"
+            raise ChannelError(
+                C.PRECONDITION_FAILED, f"inequivalent arg '{key}' {what}: received {texts}"
+            )
 
     def delete_exchange(self, name: str, if_unused: bool) -> None:
         if name == "":
@@ -224,7 +227,7 @@ class VirtualHost:
                 ("durable", durable, existing.durable),
                 ("auto_delete", auto_delete, existing.auto_delete),
             )
-            self._check_equivalent_args(existing.arguments, arguments, what, None)
+            self._check_equivalent_args(existing.arguments, arguments, what, KNOWN_ARGUMENTS)
             existing.touch()
             return existing
         args = parse_queue_args(arguments, name, self.name)
@@ -341,6 +344,18 @@ class VirtualHost:
 
     # -- routing ----------------------------------------------------------------
 
+    def route_keys(
+        self, exchange: Exchange, routing_keys: tuple[str, ...], headers: dict[str, Any]
+    ) -> list[Queue]:
+        """Route by several keys at once (CC/BCC), each queue once."""
+        if len(routing_keys) == 1:
+            return self.route(exchange, routing_keys[0], headers)
+        queues: dict[int, Queue] = {}
+        for key in routing_keys:
+            for queue in self.route(exchange, key, headers):
+                queues[id(queue)] = queue
+        return list(queues.values())
+
     def route(self, exchange: Exchange, routing_key: str, headers: dict[str, Any]) -> list[Queue]:
         """Every queue a message reaches, each once, following e2e bindings and AEs."""
         queues: dict[int, Queue] = {}
@@ -386,6 +401,8 @@ def wire_type_name(value: Any) -> str:
         return "bool"
     if isinstance(value, int):
         return "signedint" if -(2**31) <= value < 2**31 else "long"
+    if isinstance(value, bytearray):
+        return "binary"  # pamqp decodes the 'x' byte-array type to bytearray
     if isinstance(value, str | bytes):
         return "longstr"
     if isinstance(value, float):
@@ -397,8 +414,25 @@ def wire_type_name(value: Any) -> str:
     return "void" if value is None else type(value).__name__
 
 
+def same_field_value(a: Any, b: Any) -> bool:
+    """Field-table equality as RabbitMQ compares arguments: integer widths do not matter,
+    but types do (true is not 1, "100" is not 100)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return type(a) is type(b) and bool(a == b)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return _bool(value)
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
 def _describe(value: Any) -> str:
     if value is None:
         return "none"
-    shown = _bool(value) if isinstance(value, bool) else value
-    return f"the value '{shown}' of type '{wire_type_name(value)}'"
+    return f"the value '{_shown(value)}' of type '{wire_type_name(value)}'"
