@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kanin.config import BrokerConfig, PermissionSpec
@@ -14,14 +15,20 @@ from kanin.core.vhost import VirtualHost
 
 if TYPE_CHECKING:
     from kanin.core.channel import Channel
+    from kanin.store.store import MessageStore
 
 log = logging.getLogger(__name__)
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, scheduler: Scheduler) -> None:
+    def __init__(
+        self, config: BrokerConfig, scheduler: Scheduler, store: MessageStore | None = None
+    ) -> None:
         self.config = config
         self.scheduler = scheduler
+        self.store = store
+        # Set by the server when the broker keeps its definitions on disk.
+        self.on_definitions_changed: Callable[[], None] | None = None
         self.users = UserStore()
         self.memory = MemoryMonitor(config.memory_high_watermark_bytes)
         self.memory.on_alarm_change = self._on_memory_alarm
@@ -42,10 +49,15 @@ class Broker:
                 self.users.set_permissions(spec.name, grant.vhost, permission)
 
     def add_vhost(self, name: str) -> VirtualHost:
-        vhost = VirtualHost(name, self.scheduler, self.memory)
+        vhost = VirtualHost(name, self.scheduler, self.memory, self.store)
         vhost.on_queue_deleted = self._cancel_consumers
+        vhost.on_definitions_changed = self._definitions_changed
         self.vhosts[name] = vhost
         return vhost
+
+    def _definitions_changed(self) -> None:
+        if self.on_definitions_changed is not None:
+            self.on_definitions_changed()
 
     def _on_memory_alarm(self, alarm: bool) -> None:
         if alarm:

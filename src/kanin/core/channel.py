@@ -65,6 +65,7 @@ class Channel:
         self.global_prefetch = 0  # basic.qos global=true: for the channel as a whole
         self.global_unacked = 0
         self.confirms: ConfirmLedger | None = None
+        self.awaiting_disk: list[int] = []  # confirm seqs to settle after the next commit
         self.tx: list[tuple[str, Any]] | None = None  # buffered publishes/acks in tx mode
         self.last_queue_name = ""
         self.reply_key: str | None = None  # direct reply-to consumer, if any
@@ -120,9 +121,15 @@ class Channel:
         self.port.send_parts(parts)
 
     def flush(self) -> None:
-        """End of an event-loop turn: send the coalesced publisher confirms."""
+        """End of an event-loop turn: send the coalesced publisher confirms, and hand the
+        publishes that wait for the disk to the store's next commit round."""
         if self.confirms is None or self.closing:
             return
+        if self.awaiting_disk:
+            seqs, self.awaiting_disk = self.awaiting_disk, []
+            store = self.port.broker.store
+            assert store is not None
+            store.after_commit(lambda ok: self._on_disk(seqs, ok))
         nacks, acks = self.confirms.drain()
         for seq in nacks:
             self.send_method(
@@ -130,6 +137,17 @@ class Channel:
             )
         for seq, multiple in acks:
             self.port.send(encode_ack(self.id, seq, multiple))
+
+    def _on_disk(self, seqs: list[int], ok: bool) -> None:
+        """The commit round holding these publishes ended: confirm them, or nack on failure."""
+        if self.confirms is None or self.closing:
+            return
+        for seq in seqs:
+            if ok:
+                self.confirms.confirm(seq)
+            else:
+                self.confirms.reject(seq)
+        self.port.request_flush(self)
 
     # -- deliveries ---------------------------------------------------------------
 
@@ -146,6 +164,8 @@ class Channel:
             self.unacked.add(Unacked(tag, consumer.queue, entry, consumer))
             consumer.unacked += 1
             self.global_unacked += 1
+            if entry.stored_id:
+                consumer.queue.note_delivered(entry)
         else:
             consumer.queue.forget(entry)
         message = entry.message

@@ -186,7 +186,21 @@ def tx_commit(channel: Channel, method: commands.Tx.Commit) -> None:
             route_and_enqueue(channel, *args)
         else:
             channel.apply_settled(*args)
-    channel.send_method(build(commands.Tx.CommitOk))
+    store = channel.port.broker.store
+    if store is None:
+        channel.send_method(build(commands.Tx.CommitOk))
+        return
+
+    def committed(ok: bool) -> None:
+        # The publishes and acks of this transaction are durable: only now commit-ok.
+        if channel.closing:
+            return
+        if ok:
+            channel.send_method(build(commands.Tx.CommitOk))
+        else:
+            channel.fail(ChannelError(C.INTERNAL_ERROR, "message store write failed", 90, 20))
+
+    store.after_commit(committed)
 
 
 @handles(commands.Tx.Rollback)

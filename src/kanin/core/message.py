@@ -56,12 +56,13 @@ class Message:
 class Entry:
     """A message in one queue. `seq` orders the queue; a requeue goes back to its place."""
 
-    __slots__ = ("expires_at", "message", "redelivered", "seq")
+    __slots__ = ("expires_at", "message", "redelivered", "seq", "stored_id")
 
     def __init__(self, message: Message, seq: int) -> None:
         self.message = message
         self.seq = seq
         self.redelivered = False
+        self.stored_id = 0  # id in the message store, 0 when not persisted
         self.expires_at: float | None = None  # scheduler time after which it is dead
 
     def __lt__(self, other: Entry) -> bool:

@@ -23,6 +23,7 @@ from kanin.amqp.methods import build
 from kanin.amqp.tables import encode_header
 from kanin.core.message import Message
 from kanin.core.permissions import check_permission
+from kanin.core.queue import REFUSED, STORED
 from kanin.core.queue_args import MAX_TTL_MS
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ def publish(channel: Channel, content: Content) -> None:
 def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> None:
     seq = channel.confirms.next_seq() if channel.confirms is not None else 0
     vhost = channel.vhost
-    routed = refused = False
+    routed = refused = stored = False
     if message.exchange == "" and message.routing_key.startswith(REPLY_TO_PREFIX):
         routed = _deliver_reply(channel, message)
     else:
@@ -90,9 +91,12 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
             vhost.route_keys(exchange, message.routing_keys, message.headers) if exchange else []
         )
         for queue in queues:
-            if not queue.publish(message):
+            result = queue.publish(message)
+            if result == REFUSED:
                 refused = True
                 queue.reject_publish_dead_letter(message)
+            elif result == STORED:
+                stored = True
         routed = bool(queues)
     if not routed and mandatory:
         channel.send_content(
@@ -108,6 +112,10 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
     if channel.confirms is not None:
         if refused:
             channel.confirms.reject(seq)
+        elif stored:
+            # Persistent on a durable queue: confirmed only after its fsync (SPEC §4).
+            channel.confirms.hold(seq)
+            channel.awaiting_disk.append(seq)
         else:
             channel.confirms.confirm(seq)
         channel.port.request_flush(channel)

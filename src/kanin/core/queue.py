@@ -25,18 +25,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kanin.amqp.frames import decode_properties
 from kanin.core.message import Entry, Message
 from kanin.core.queue_args import QueueArgs
 from kanin.core.ready import FifoReady, PriorityReady, Ready
+from kanin.store.records import queue_key
 
 if TYPE_CHECKING:
     from kanin.core.consumer import Consumer
     from kanin.core.exchanges import Binding
     from kanin.core.memory import MemoryMonitor
     from kanin.core.scheduling import Cancellable, Scheduler
+    from kanin.store.store import MessageStore, StoredMessage
 
 # Deliveries per queue per event-loop turn before yielding to other work.
 DISPATCH_BATCH = 512
+
+# What Queue.publish did with a message.
+REFUSED, ACCEPTED, STORED = 0, 1, 2
 
 
 class Queue:
@@ -52,6 +58,7 @@ class Queue:
         auto_delete: bool = False,
         arguments: dict[str, Any] | None = None,
         args: QueueArgs | None = None,
+        store: MessageStore | None = None,
     ) -> None:
         self.name = name
         self.vhost = vhost
@@ -71,6 +78,9 @@ class Queue:
         self.ready_bytes = 0
         self._scheduler = scheduler
         self._memory = memory
+        # Persistent messages of a durable queue go to the store.
+        self.store = store if durable else None
+        self.store_key = queue_key(vhost, name)
         self._next_seq = 1
         self._rr = 0
         self._dispatch_scheduled = False
@@ -98,14 +108,25 @@ class Queue:
 
     # -- messages in --------------------------------------------------------------------
 
-    def publish(self, message: Message) -> bool:
-        """Enqueue; False when the queue refuses the message (x-overflow reject-publish*)."""
+    def publish(self, message: Message) -> int:
+        """Enqueue: REFUSED (x-overflow reject-publish*), ACCEPTED, or STORED when the
+        message went to the store and its publisher's confirm must wait for the disk."""
         size = len(message.body)
         if self.args.rejects_publish and self._full_for(size):
-            return False
+            return REFUSED
         entry = Entry(message, self._next_seq)
         self._next_seq += 1
         self._memory.add(size)
+        result = ACCEPTED
+        if self.store is not None and message.persistent:
+            entry.stored_id = self.store.enqueue(
+                self.store_key,
+                message.exchange,
+                message.routing_key,
+                message.header_payload,
+                message.body,
+            )
+            result = STORED
         ttl_ms = self._ttl_ms(message)
         if ttl_ms is not None:
             entry.expires_at = self._scheduler.time() + ttl_ms / 1000
@@ -115,10 +136,10 @@ class Queue:
             consumer = self._pick_consumer()
             if consumer is not None:
                 consumer.channel.deliver(consumer, entry)
-                return True
+                return result
         if ttl_ms == 0:
             self.dead_letter([entry], "expired")
-            return True
+            return result
         self.ready.append(entry)
         self.ready_bytes += size
         if self.args.has_length_limit:
@@ -127,7 +148,27 @@ class Queue:
             self._arm_ttl()
         if self.consumers:
             self.schedule_dispatch()
-        return True
+        return result
+
+    def restore(self, messages: list[StoredMessage]) -> None:
+        """Recovered messages, back in order, without writing them again."""
+        for stored in messages:
+            properties = decode_properties(stored.header)
+            message = Message(
+                stored.exchange,
+                stored.routing_key,
+                stored.header,
+                stored.body,
+                properties,
+                None,
+            )
+            entry = Entry(message, self._next_seq)
+            self._next_seq += 1
+            entry.stored_id = stored.id
+            entry.redelivered = stored.redelivered
+            self._memory.add(len(stored.body))
+            self.ready.append(entry)
+            self.ready_bytes += len(stored.body)
 
     def reject_publish_dead_letter(self, message: Message) -> None:
         """x-overflow reject-publish-dlx: the refused message is dead-lettered (maxlen)."""
@@ -198,6 +239,14 @@ class Queue:
     def forget(self, entry: Entry) -> None:
         """The message left this queue for good (acked, dropped, delivered without ack)."""
         self._memory.release(len(entry.message.body))
+        if entry.stored_id and self.store is not None:
+            self.store.remove(self.store_key, entry.stored_id)
+            entry.stored_id = 0
+
+    def note_delivered(self, entry: Entry) -> None:
+        """A persisted message went out with an ack pending: after a crash it is redelivered."""
+        if entry.stored_id and self.store is not None and not entry.redelivered:
+            self.store.delivered(self.store_key, entry.stored_id)
 
     def dead_letter(self, entries: list[Entry], reason: str) -> None:
         """Messages leave for good, to the dead-letter exchange if the queue has one."""
@@ -209,6 +258,10 @@ class Queue:
 
     def purge(self) -> int:
         count = self.message_count
+        if self.store is not None:
+            for entry in self.ready:
+                if entry.stored_id:
+                    self.store.remove(self.store_key, entry.stored_id)
         self.ready.clear()
         self._memory.release(self.ready_bytes)
         self.ready_bytes = 0

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Iterator
 
 from kanin.core.message import Entry
 
@@ -23,6 +24,10 @@ class FifoReady:
 
     def __len__(self) -> int:
         return len(self._fresh) + len(self._returned)
+
+    def __iter__(self) -> Iterator[Entry]:
+        yield from self._fresh
+        yield from self._returned
 
     def append(self, entry: Entry) -> None:
         self._fresh.append(entry)
@@ -54,6 +59,9 @@ class PriorityReady:
 
     def __len__(self) -> int:
         return len(self._heap)
+
+    def __iter__(self) -> Iterator[Entry]:
+        return (item[2] for item in self._heap)
 
     def _key(self, entry: Entry) -> tuple[int, int, Entry]:
         priority = entry.message.properties.priority

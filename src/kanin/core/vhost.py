@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import secrets
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
@@ -29,6 +29,9 @@ from kanin.core.queue import Queue
 from kanin.core.queue_args import KNOWN_ARGUMENTS, parse_queue_args
 from kanin.core.scheduling import Scheduler
 
+if TYPE_CHECKING:
+    from kanin.store.store import MessageStore
+
 PREDECLARED = (
     ("amq.direct", "direct"),
     ("amq.fanout", "fanout"),
@@ -43,10 +46,19 @@ def _bool(value: bool) -> str:
 
 
 class VirtualHost:
-    def __init__(self, name: str, scheduler: Scheduler, memory: MemoryMonitor) -> None:
+    def __init__(
+        self,
+        name: str,
+        scheduler: Scheduler,
+        memory: MemoryMonitor,
+        store: MessageStore | None = None,
+    ) -> None:
         self.name = name
         self.scheduler = scheduler
         self.memory = memory
+        self.store = store
+        # Called when a durable definition changes, so it can be saved.
+        self.on_definitions_changed: Callable[[], None] | None = None
         self.queues: dict[str, Queue] = {}
         self.default_exchange = DefaultExchange(self.queues.get)
         self.exchanges: dict[str, Exchange] = {"": self.default_exchange}
@@ -131,6 +143,8 @@ class VirtualHost:
             return existing
         exchange = cls(name, durable, auto_delete, internal, arguments)
         self.exchanges[name] = exchange
+        if durable:
+            self._definitions_changed()
         return exchange
 
     def _check_equivalent_exchange(
@@ -187,8 +201,14 @@ class VirtualHost:
             raise ChannelError(C.PRECONDITION_FAILED, f"exchange '{name}' {self._where()} in use")
         self._remove_exchange(exchange)
 
+    def _definitions_changed(self) -> None:
+        if self.on_definitions_changed is not None:
+            self.on_definitions_changed()
+
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
+        if exchange.durable:
+            self._definitions_changed()
         for binding in list(exchange.bindings.values()):
             self._drop_binding(binding)
         for binding in list(exchange.bound_from.values()):
@@ -241,10 +261,13 @@ class VirtualHost:
             auto_delete=auto_delete,
             arguments=arguments,
             args=args,
+            store=self.store,
         )
         queue.on_unused = self._auto_delete_queue
         queue.on_dead_letter = self._dead_letter
         self.queues[name] = queue
+        if durable and not exclusive:
+            self._definitions_changed()
         return queue
 
     def _dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
@@ -272,6 +295,8 @@ class VirtualHost:
             del self.queues[queue.name]
         queue.deleted = True
         queue.cancel_timers()
+        if queue.durable and not queue.exclusive:
+            self._definitions_changed()
         for binding in list(queue.bindings.values()):
             self._drop_binding(binding)
         queue.purge()
@@ -296,6 +321,8 @@ class VirtualHost:
             check_x_match(arguments)
         binding = Binding(source, destination, routing_key, arguments)
         if source.bind(binding):
+            if source.durable and destination.durable:
+                self._definitions_changed()
             back_key = (*binding.key, id(source))
             if isinstance(destination, Queue):
                 destination.bindings[back_key] = binding
@@ -333,6 +360,8 @@ class VirtualHost:
 
     def _drop_binding(self, binding: Binding) -> None:
         source, destination = binding.source, binding.destination
+        if source.durable and destination.durable:
+            self._definitions_changed()
         source.unbind(binding.key)
         back_key = (*binding.key, id(source))
         if isinstance(destination, Queue):

@@ -8,7 +8,9 @@ import socket
 
 from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
+from kanin.core.persistence import Persistence
 from kanin.server.connection import AMQPConnection
+from kanin.store.store import FileStore
 
 log = logging.getLogger(__name__)
 
@@ -17,14 +19,23 @@ class BrokerServer:
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker: Broker | None = None
+        self.store: FileStore | None = None
+        self.persistence: Persistence | None = None
         self._servers: list[asyncio.Server] = []
 
     async def start(self) -> list[tuple[str, int]]:
         """Listen; return the (host, port) of every listening socket."""
         loop = asyncio.get_running_loop()
-        self.config.data_dir.mkdir(parents=True, exist_ok=True)
-        self.broker = Broker(self.config, loop)
-        broker = self.broker
+        data_dir = self.config.data_dir
+        data_dir.mkdir(parents=True, exist_ok=True)
+        started = loop.time()
+        self.store = FileStore(data_dir / "messages", loop)
+        self.broker = broker = Broker(self.config, loop, self.store)
+        self.persistence = persistence = Persistence(broker, data_dir, self.store)
+        persistence.restore()
+        broker.on_definitions_changed = persistence.definitions_changed
+        persistence.definitions_changed()  # the first start writes the defaults
+        log.info("recovered %s in %.2fs", data_dir, loop.time() - started)
         server = await loop.create_server(
             lambda: AMQPConnection(broker),
             host=self.config.bind,
@@ -58,6 +69,10 @@ class BrokerServer:
             if connection.transport is not None:
                 connection.transport.abort()
         self._servers.clear()
+        if self.store is not None:
+            await self.store.close()
+        if self.persistence is not None:
+            self.persistence.mark_clean_shutdown()
 
 
 def _address(sock: socket.socket) -> tuple[str, int]:

@@ -7,6 +7,7 @@ the broker gets its own event loop there and listens on 127.0.0.1, port 0.
 from __future__ import annotations
 
 import asyncio
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -46,8 +47,12 @@ def running_broker(
 ) -> Iterator[EmbeddedBroker]:
     config = config or BrokerConfig()
     config = replace(config, port=0, bind="127.0.0.1")
-    if data_dir is not None:
-        config = replace(config, data_dir=data_dir)
+    temporary = None
+    if data_dir is None:
+        # Each embedded broker gets a fresh data directory unless told to reuse one.
+        temporary = tempfile.TemporaryDirectory(prefix="kanin-test-")
+        data_dir = Path(temporary.name)
+    config = replace(config, data_dir=data_dir)
     loop = asyncio.new_event_loop()
     server = BrokerServer(config)
     started = threading.Event()
@@ -63,6 +68,8 @@ def running_broker(
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         loop.close()
+        if temporary is not None:
+            temporary.cleanup()
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop, started: threading.Event) -> None:

@@ -1,0 +1,212 @@
+"""What connects the broker to its store: definitions out and back, messages back.
+
+- Durable definitions change -> `definitions_changed()` -> one save at the end of the
+  loop turn (store/definitions.py).
+- Start-up: `restore()` rebuilds vhosts, users, durable exchanges, durable queues and
+  their bindings, then puts each durable queue's recovered messages back in order.
+  Messages of queues that no longer exist are removed from the store.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from kanin.core.auth import Permission, User
+from kanin.core.exchanges import DefaultExchange, Exchange
+from kanin.core.queue import Queue
+from kanin.store import definitions
+
+if TYPE_CHECKING:
+    from kanin.core.broker import Broker
+    from kanin.store.store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+class Persistence:
+    def __init__(self, broker: Broker, directory: Path, store: MessageStore) -> None:
+        self.broker = broker
+        self.store = store
+        self.path = directory / "definitions.json"
+        self._save_scheduled = False
+
+    def definitions_changed(self) -> None:
+        if not self._save_scheduled:
+            self._save_scheduled = True
+            self.broker.scheduler.call_soon(self._save)
+
+    def _save(self) -> None:
+        self._save_scheduled = False
+        definitions.save(self.path, self.snapshot())
+
+    # -- out ------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        broker = self.broker
+        users = [
+            {"name": u.name, "password_hash": u.password_hash, "tags": list(u.tags)}
+            for u in broker.users.users.values()
+        ]
+        permissions = [
+            {
+                "user": u.name,
+                "vhost": vhost,
+                "configure": p.configure,
+                "write": p.write,
+                "read": p.read,
+            }
+            for u in broker.users.users.values()
+            for vhost, p in u.permissions.items()
+        ]
+        exchanges, queues, bindings = [], [], []
+        for vhost in broker.vhosts.values():
+            for exchange in vhost.exchanges.values():
+                if exchange.durable and _user_declared(exchange):
+                    exchanges.append(
+                        {
+                            "vhost": vhost.name,
+                            "name": exchange.name,
+                            "type": exchange.type_name,
+                            "auto_delete": exchange.auto_delete,
+                            "internal": exchange.internal,
+                            "arguments": exchange.arguments,
+                        }
+                    )
+                for binding in exchange.bindings.values():
+                    destination = binding.destination
+                    if exchange.durable and destination.durable and _persistable(destination):
+                        bindings.append(
+                            {
+                                "vhost": vhost.name,
+                                "source": exchange.name,
+                                "destination": destination.name,
+                                "destination_type": "queue"
+                                if isinstance(destination, Queue)
+                                else "exchange",
+                                "routing_key": binding.routing_key,
+                                "arguments": binding.arguments,
+                            }
+                        )
+            for queue in vhost.queues.values():
+                if _persistable(queue):
+                    queues.append(
+                        {
+                            "vhost": vhost.name,
+                            "name": queue.name,
+                            "auto_delete": queue.auto_delete,
+                            "arguments": queue.arguments,
+                        }
+                    )
+        return {
+            "vhosts": sorted(broker.vhosts),
+            "users": users,
+            "permissions": permissions,
+            "exchanges": exchanges,
+            "queues": queues,
+            "bindings": bindings,
+        }
+
+    # -- back -----------------------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Definitions, then messages. After an unclean stop every recovered message is
+        marked redelivered: the lazily written delivery marks may not have reached the
+        disk, and "may have been delivered before" is what the flag promises."""
+        unclean = not self.clean_marker.exists()
+        self.clean_marker.unlink(missing_ok=True)
+        document = definitions.load(self.path)
+        if document is not None:
+            self._restore_definitions(document)
+        self._restore_messages(all_redelivered=unclean and document is not None)
+
+    @property
+    def clean_marker(self) -> Path:
+        return self.path.parent / "clean-shutdown"
+
+    def mark_clean_shutdown(self) -> None:
+        """Called after the store has drained on an orderly stop."""
+        definitions.save(self.path, self.snapshot())
+        self.clean_marker.touch()
+
+    def _restore_definitions(self, document: dict[str, Any]) -> None:
+        broker = self.broker
+        for name in document.get("vhosts", []):
+            if name not in broker.vhosts:
+                broker.add_vhost(name)
+        if document.get("users"):
+            broker.users.users.clear()
+            for spec in document["users"]:
+                broker.users.users[spec["name"]] = User(
+                    spec["name"], spec["password_hash"], tuple(spec["tags"])
+                )
+            for grant in document.get("permissions", []):
+                user = broker.users.users.get(grant["user"])
+                if user is not None:
+                    user.permissions[grant["vhost"]] = Permission(
+                        grant["configure"], grant["write"], grant["read"]
+                    )
+        for spec in document.get("exchanges", []):
+            broker.vhosts[spec["vhost"]].declare_exchange(
+                spec["name"],
+                spec["type"],
+                passive=False,
+                durable=True,
+                auto_delete=spec["auto_delete"],
+                internal=spec["internal"],
+                arguments=spec["arguments"],
+            )
+        for spec in document.get("queues", []):
+            broker.vhosts[spec["vhost"]].declare_queue(
+                spec["name"],
+                None,
+                passive=False,
+                durable=True,
+                exclusive=False,
+                auto_delete=spec["auto_delete"],
+                arguments=spec["arguments"],
+            )
+        for spec in document.get("bindings", []):
+            vhost = broker.vhosts[spec["vhost"]]
+            destination = (
+                vhost.queues.get(spec["destination"])
+                if spec["destination_type"] == "queue"
+                else vhost.exchanges.get(spec["destination"])
+            )
+            if destination is not None and spec["source"] in vhost.exchanges:
+                vhost.bind(spec["source"], destination, spec["routing_key"], spec["arguments"])
+
+    def _restore_messages(self, all_redelivered: bool) -> None:
+        recovered = self.store.recover()
+        total = 0
+        for key, messages in recovered.items():
+            vhost_name, _, queue_name = key.partition("\x00")
+            vhost = self.broker.vhosts.get(vhost_name)
+            queue = vhost.queues.get(queue_name) if vhost is not None else None
+            if queue is None or not queue.durable:
+                log.warning(
+                    "dropping %d recovered messages of missing queue %r in vhost %r",
+                    len(messages),
+                    queue_name,
+                    vhost_name,
+                )
+                self.store.forget_queue(key, [m.id for m in messages])
+                continue
+            if all_redelivered:
+                for message in messages:
+                    message.redelivered = True
+            queue.restore(messages)
+            total += len(messages)
+        if total:
+            log.info("recovered %d persistent messages in %d queues", total, len(recovered))
+
+
+def _user_declared(exchange: Exchange) -> bool:
+    return not isinstance(exchange, DefaultExchange) and not exchange.name.startswith("amq.")
+
+
+def _persistable(destination: Queue | Exchange) -> bool:
+    if isinstance(destination, Queue):
+        return destination.durable and not destination.exclusive and not destination.deleted
+    return _user_declared(destination) and destination.durable
