@@ -109,6 +109,7 @@ def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
         queue.forget(entry)
     else:
         channel.unacked.add(Unacked(tag, queue, entry, None))
+        queue.note_delivered(entry)
     message = entry.message
     channel.send_content(
         build(
