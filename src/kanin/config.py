@@ -54,6 +54,9 @@ class BrokerConfig:
     # Flow control: above this many bytes of queued message bodies, publishers are blocked.
     memory_high_watermark_bytes: int = 2 * 1024**3
 
+    # Write store and connection counters here once a second (for benchmarks), if set.
+    stats_file: Path | None = None
+
     # Bounds on what one peer may make us hold.
     max_message_size_bytes: int = 128 * 1024 * 1024
 

@@ -33,6 +33,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     server.add_argument("--heartbeat", type=int, default=60, help="heartbeat seconds proposed")
     server.add_argument(
+        "--stats-file",
+        type=Path,
+        default=None,
+        help="write store and connection counters to this JSON file every second",
+    )
+    server.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     return parser
@@ -43,7 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "server":
         try:
             config = BrokerConfig(
-                port=args.port, bind=args.bind, data_dir=args.data_dir, heartbeat_s=args.heartbeat
+                port=args.port,
+                bind=args.bind,
+                data_dir=args.data_dir,
+                heartbeat_s=args.heartbeat,
+                stats_file=args.stats_file,
             )
         except ValueError as exc:
             print(f"kanin: {exc}", file=sys.stderr)

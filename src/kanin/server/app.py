@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import socket
+import time
+from pathlib import Path
 
 from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
@@ -21,6 +24,7 @@ class BrokerServer:
         self.broker: Broker | None = None
         self.store: FileStore | None = None
         self.persistence: Persistence | None = None
+        self._stats_task: asyncio.Task[None] | None = None
         self._servers: list[asyncio.Server] = []
 
     async def start(self) -> list[tuple[str, int]]:
@@ -36,6 +40,8 @@ class BrokerServer:
         broker.on_definitions_changed = persistence.definitions_changed
         persistence.definitions_changed()  # the first start writes the defaults
         log.info("recovered %s in %.2fs", data_dir, loop.time() - started)
+        if self.config.stats_file is not None:
+            self._stats_task = loop.create_task(self._write_stats(self.config.stats_file))
         server = await loop.create_server(
             lambda: AMQPConnection(broker),
             host=self.config.bind,
@@ -53,7 +59,28 @@ class BrokerServer:
     def connections(self) -> set[AMQPConnection]:
         return self.broker.connections if self.broker is not None else set()
 
+    def stats(self) -> dict[str, float]:
+        """Counters for benchmarks: store commit rounds (fsync batches) and records."""
+        committer = self.store.committer if self.store is not None else None
+        return {
+            "time": time.time(),
+            "commit_rounds": committer.rounds if committer else 0,
+            "records_committed": committer.records_committed if committer else 0,
+            "connections": len(self.connections),
+            "held_message_bytes": self.broker.memory.held_bytes if self.broker else 0,
+        }
+
+    async def _write_stats(self, path: Path) -> None:
+        # Once a second, atomically: a benchmark reads it without a management API.
+        while True:
+            temporary = path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(self.stats()))
+            temporary.replace(path)
+            await asyncio.sleep(1.0)
+
     async def stop(self) -> None:
+        if self._stats_task is not None:
+            self._stats_task.cancel()
         for server in self._servers:
             server.close()
         for connection in list(self.connections):

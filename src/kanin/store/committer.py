@@ -69,7 +69,8 @@ class GroupCommitter:
         deletes, self._deletes = self._deletes, []
         self._running = True
         future = self._loop.run_in_executor(self._executor, self._write, chunks, deletes)
-        future.add_done_callback(lambda done: self._finish_round(done, waiters))
+        records = len(chunks)
+        future.add_done_callback(lambda done: self._finish_round(done, waiters, records))
 
     def _write(self, chunks: list[tuple[int, bytes]], deletes: list[int]) -> None:
         if chunks:
@@ -77,9 +78,12 @@ class GroupCommitter:
         for segment in deletes:
             self._segments.delete(segment)
 
-    def _finish_round(self, done: asyncio.Future[None], waiters: list[Waiter]) -> None:
+    def _finish_round(
+        self, done: asyncio.Future[None], waiters: list[Waiter], records: int
+    ) -> None:
         self._running = False
         self.rounds += 1
+        self.records_committed += records
         ok = done.exception() is None
         if not ok:
             log.error("message store write failed: %s", done.exception())
