@@ -53,6 +53,9 @@ class BrokerConfig:
 
     # Flow control: above this many bytes of queued message bodies, publishers are blocked.
     memory_high_watermark_bytes: int = 2 * 1024**3
+    # Below this much free space on the data directory's disk, publishers are blocked
+    # (RabbitMQ's default disk_free_limit is 50 MB).
+    disk_free_limit_bytes: int = 50 * 1000 * 1000
 
     # Write store and connection counters here once a second (for benchmarks), if set.
     stats_file: Path | None = None

@@ -108,3 +108,45 @@ def test_blocked_publisher_loses_nothing(
         assert not publishing.is_alive()
         assert seen == set(range(total))
         setup.close()
+
+
+def test_disk_alarm_blocks_publishers_with_its_reason(
+    broker_factory: BrokerFactory, unique: Callable[[str], str]
+) -> None:
+    queue = unique("disk")
+    # A free-disk limit no disk can meet: the alarm is raised from the start.
+    with broker_factory(disk_free_limit_bytes=10**18) as broker:
+        publisher = pika.BlockingConnection(params(broker.port))
+        reasons: list[str] = []
+        publisher.add_on_connection_blocked_callback(
+            lambda _conn, frame: reasons.append(frame.method.reason)
+        )
+        channel = publisher.channel()
+        channel.queue_declare(queue)
+        channel.basic_publish("", queue, b"first")
+        deadline = time.monotonic() + 5
+        while not reasons and time.monotonic() < deadline:
+            publisher.process_data_events(time_limit=0.1)
+        assert reasons == ["low on disk"]
+        # Reading stopped at the publish: it waits in the socket, not yet accepted, while
+        # other connections are still served.
+        consumer = pika.BlockingConnection(params(broker.port))
+        consumer_channel = consumer.channel()
+        assert consumer_channel.queue_declare(queue, passive=True).method.message_count == 0
+        # Lowering the limit clears the alarm and the publisher is read again.
+        monitor = broker.server.disk
+        assert monitor is not None
+        broker.call(lambda: setattr(monitor, "limit_bytes", 0))
+        unblocked: list[bool] = []
+        publisher.add_on_connection_unblocked_callback(lambda *_: unblocked.append(True))
+        deadline = time.monotonic() + 8
+        while not unblocked and time.monotonic() < deadline:
+            publisher.process_data_events(time_limit=0.1)
+        assert unblocked == [True]
+        deadline = time.monotonic() + 5
+        got = None
+        while got is None and time.monotonic() < deadline:
+            got = consumer_channel.basic_get(queue, auto_ack=True)[2]
+        assert got == b"first"  # nothing was lost while blocked
+        consumer.close()
+        publisher.close()

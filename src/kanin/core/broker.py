@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from kanin.config import BrokerConfig, PermissionSpec
+from kanin.core.alarms import Alarms
 from kanin.core.auth import Permission, UserStore
 from kanin.core.memory import MemoryMonitor
 from kanin.core.queue import Queue
@@ -30,8 +31,10 @@ class Broker:
         # Set by the server when the broker keeps its definitions on disk.
         self.on_definitions_changed: Callable[[], None] | None = None
         self.users = UserStore()
+        self.alarms = Alarms()
+        self.alarms.on_change = self._on_alarm_change
         self.memory = MemoryMonitor(config.memory_high_watermark_bytes)
-        self.memory.on_alarm_change = self._on_memory_alarm
+        self.memory.on_alarm_change = lambda raised: self.alarms.set("memory", raised)
         # Open AMQP connections (the server layer adds and removes them).
         self.connections: set[Any] = set()
         self.vhosts: dict[str, VirtualHost] = {}
@@ -59,18 +62,9 @@ class Broker:
         if self.on_definitions_changed is not None:
             self.on_definitions_changed()
 
-    def _on_memory_alarm(self, alarm: bool) -> None:
-        if alarm:
-            log.warning(
-                "memory alarm: %d message bytes held, above the %d byte watermark; "
-                "blocking publishers",
-                self.memory.held_bytes,
-                self.memory.high_watermark_bytes,
-            )
-        else:
-            log.info("memory alarm cleared; unblocking publishers")
+    def _on_alarm_change(self, blocked: bool, reason: str) -> None:
         for connection in list(self.connections):
-            connection.on_memory_alarm(alarm)
+            connection.on_alarm(blocked, reason)
 
     @staticmethod
     def _cancel_consumers(queue: Queue) -> None:

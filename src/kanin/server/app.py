@@ -13,6 +13,7 @@ from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
 from kanin.core.persistence import Persistence
 from kanin.server.connection import AMQPConnection
+from kanin.server.disk import DiskMonitor
 from kanin.store.store import FileStore
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ class BrokerServer:
         self.store: FileStore | None = None
         self.persistence: Persistence | None = None
         self._stats_task: asyncio.Task[None] | None = None
+        self.disk: DiskMonitor | None = None
         self._servers: list[asyncio.Server] = []
 
     async def start(self) -> list[tuple[str, int]]:
@@ -40,6 +42,8 @@ class BrokerServer:
         broker.on_definitions_changed = persistence.definitions_changed
         persistence.definitions_changed()  # the first start writes the defaults
         log.info("recovered %s in %.2fs", data_dir, loop.time() - started)
+        self.disk = DiskMonitor(loop, data_dir, self.config.disk_free_limit_bytes, broker.alarms)
+        self.disk.start()
         if self.config.stats_file is not None:
             self._stats_task = loop.create_task(self._write_stats(self.config.stats_file))
         server = await loop.create_server(
@@ -81,6 +85,8 @@ class BrokerServer:
     async def stop(self) -> None:
         if self._stats_task is not None:
             self._stats_task.cancel()
+        if self.disk is not None:
+            self.disk.stop()
         for server in self._servers:
             server.close()
         for connection in list(self.connections):

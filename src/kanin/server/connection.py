@@ -83,7 +83,7 @@ class AMQPConnection(asyncio.Protocol):
         self._timers: list[asyncio.TimerHandle] = []
         self._heartbeat: Heartbeat | None = None
         self.is_publisher = False  # has sent basic.publish: subject to flow control
-        self.blocked = False  # reading paused by the memory alarm
+        self.blocked = False  # reading paused by a resource alarm
         self.exclusive_queues: set[Queue] = set()  # deleted when this connection closes
 
     # -- asyncio.Protocol ------------------------------------------------------------
@@ -110,8 +110,9 @@ class AMQPConnection(asyncio.Protocol):
                 self._on_frame(frame)
                 if self.state is State.CLOSED:
                     return
-            if self.is_publisher and self.broker.memory.alarm and not self.blocked:
-                self.on_memory_alarm(True)
+            alarms = self.broker.alarms
+            if self.is_publisher and alarms.blocked and not self.blocked:
+                self.on_alarm(True, alarms.reason)
         except handshake.SilentClose as exc:
             log.warning("closing connection from %s during handshake: %s", self.peer, exc)
             self._drop()
@@ -143,8 +144,8 @@ class AMQPConnection(asyncio.Protocol):
                 self.vhost.remove_queue(queue)
         self.exclusive_queues.clear()
 
-    def on_memory_alarm(self, alarm: bool) -> None:
-        """Block a publishing connection while the alarm lasts: stop reading from it."""
+    def on_alarm(self, alarm: bool, reason: str) -> None:
+        """Block a publishing connection while an alarm lasts: stop reading from it."""
         if self.transport is None or self.state is State.CLOSED or not self.is_publisher:
             return
         if alarm == self.blocked:
@@ -152,7 +153,7 @@ class AMQPConnection(asyncio.Protocol):
         self.blocked = alarm
         if self.client_capabilities.get("connection.blocked"):
             method: Any = (
-                build(commands.Connection.Blocked, reason="low on memory")
+                build(commands.Connection.Blocked, reason=reason)
                 if alarm
                 else build(commands.Connection.Unblocked)
             )
