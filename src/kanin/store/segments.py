@@ -91,6 +91,15 @@ class SegmentLog:
             os.close(self._open_fd)
         self._open_number, self._open_fd = 0, -1
 
+    def read_enqueues(self, number: int, ids: set[int]) -> list[records.Record]:
+        """The ENQUEUE records of `ids` in a closed segment (compaction; worker thread)."""
+        data = segment_path(self.directory, number).read_bytes()
+        return [
+            record
+            for _, record in records.scan(data)
+            if record.type == records.ENQUEUE and record.id in ids
+        ]
+
     # -- recovery (start-up) --------------------------------------------------------------
 
     def recover(self) -> Iterator[tuple[int, records.Record]]:

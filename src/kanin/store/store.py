@@ -62,7 +62,15 @@ class MessageStore(Protocol):
 
 @dataclass
 class _Segment:
-    live: int = 0
+    live: int = 0  # ENQUEUE records in it whose message is still in a queue
+    total: int = 0  # ENQUEUE records ever written to it
+    compacting: bool = False
+
+
+# A closed segment whose live share falls below this is compacted: its live messages are
+# written again to the active segment and the old file deleted, so a few long-unacked
+# messages cannot pin gigabytes of acked ones.
+COMPACT_BELOW_LIVE_SHARE = 0.25
 
 
 class FileStore:
@@ -72,8 +80,10 @@ class FileStore:
         loop: asyncio.AbstractEventLoop,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     ) -> None:
+        self._loop = loop
         self._segments = SegmentLog(directory)
         self._committer = GroupCommitter(self._segments, loop)
+        self.compactions = 0
         self._segment_bytes = segment_bytes
         self._next_id = 1
         self._active = 1
@@ -99,7 +109,9 @@ class FileStore:
         )
         segment = self._place(data)
         self._where[message_id] = segment
-        self._live.setdefault(segment, _Segment()).live += 1
+        state = self._live.setdefault(segment, _Segment())
+        state.live += 1
+        state.total += 1
         return message_id
 
     def remove(self, queue: str, message_id: int) -> None:
@@ -109,10 +121,46 @@ class FileStore:
         self._place(records.encode_simple(records.REMOVE, message_id, queue))
         state = self._live[segment]
         state.live -= 1
-        if state.live == 0 and segment != self._active:
+        if segment == self._active:
+            return
+        if state.live == 0:
             # Every message in it is gone: the whole file goes (space reclaimed).
             del self._live[segment]
             self._committer.delete_segment(segment)
+        elif state.live < state.total * COMPACT_BELOW_LIVE_SHARE and not state.compacting:
+            self._compact(segment, state)
+
+    def _compact(self, segment: int, state: _Segment) -> None:
+        """Read the segment's live records off the loop, then write them again (same ids)
+        to the active segment; the old file is deleted once it holds nothing live."""
+        state.compacting = True
+        live_ids = {i for i, s in self._where.items() if s == segment}
+        future = self._loop.run_in_executor(None, self._segments.read_enqueues, segment, live_ids)
+        future.add_done_callback(lambda done: self._rewrite(segment, done))
+
+    def _rewrite(self, segment: int, done: asyncio.Future[list[records.Record]]) -> None:
+        state = self._live.get(segment)
+        if state is None:
+            return  # emptied meanwhile and already deleted
+        if done.exception() is not None:
+            log.error("compacting segment %d failed: %s", segment, done.exception())
+            state.compacting = False
+            return
+        for record in done.result():
+            if self._where.get(record.id) != segment:
+                continue  # removed while we were reading
+            new_segment = self._place(records.encode(record))
+            self._where[record.id] = new_segment
+            moved = self._live.setdefault(new_segment, _Segment())
+            moved.live += 1
+            moved.total += 1
+            state.live -= 1
+        if state.live == 0:
+            del self._live[segment]
+            self._committer.delete_segment(segment)
+        else:
+            state.compacting = False
+        self.compactions += 1
 
     def delivered(self, queue: str, message_id: int) -> None:
         if message_id in self._where:
@@ -139,16 +187,16 @@ class FileStore:
 
     def recover(self) -> dict[str, list[StoredMessage]]:
         queues: dict[str, dict[int, StoredMessage]] = {}
-        owners: dict[int, str] = {}
+        enqueued: dict[int, int] = {}  # segment -> ENQUEUE records in it
         highest_segment = 0
         for segment, record in self._segments.recover():
             highest_segment = max(highest_segment, segment)
             self._next_id = max(self._next_id, record.id + 1)
             if record.type == records.ENQUEUE:
+                enqueued[segment] = enqueued.get(segment, 0) + 1
                 queues.setdefault(record.queue, {})[record.id] = StoredMessage(
                     record.id, record.exchange, record.routing_key, record.header, record.body
                 )
-                owners[record.id] = record.queue
                 self._where[record.id] = segment
             elif record.type == records.REMOVE:
                 queues.get(record.queue, {}).pop(record.id, None)
@@ -159,6 +207,9 @@ class FileStore:
                     message.redelivered = True
         for segment in self._where.values():
             self._live.setdefault(segment, _Segment()).live += 1
+        for segment, total in enqueued.items():
+            if segment in self._live:
+                self._live[segment].total = total
         for segment in self._segments.segment_numbers():
             if segment not in self._live:
                 self._segments.delete(segment)
