@@ -38,6 +38,7 @@ class SegmentLog:
         directory.mkdir(parents=True, exist_ok=True)
         self._open_number = 0
         self._open_fd = -1
+        self.broken = False
 
     def segment_numbers(self) -> list[int]:
         numbers = []
@@ -51,16 +52,33 @@ class SegmentLog:
 
     def write(self, chunks: list[tuple[int, bytes]]) -> None:
         """Append each (segment, bytes) chunk, then fsync what was written. Raises OSError."""
+        if self.broken:
+            raise OSError("message log is broken after a failed write could not be undone")
         touched: dict[int, int] = {}
-        for number, data in _joined(chunks):
-            fd = self._fd_for(number)
-            view = memoryview(data)
-            while view:
-                written = os.write(fd, view)
-                view = view[written:]
-            touched[number] = fd
-        for fd in touched.values():
-            os.fsync(fd)
+        rollback: list[tuple[int, int]] = []  # (fd, size before this batch)
+        try:
+            for number, data in _joined(chunks):
+                fd = self._fd_for(number)
+                if number not in touched:
+                    rollback.append((fd, os.fstat(fd).st_size))
+                view = memoryview(data)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                touched[number] = fd
+            for fd in touched.values():
+                os.fsync(fd)
+        except OSError:
+            # Cut what this batch wrote, so later batches never follow a partial record
+            # (recovery would stop there and lose them). If even that fails, the log
+            # refuses further writes: publishes are nacked, nothing confirmed is at risk.
+            try:
+                for fd, size in rollback:
+                    os.ftruncate(fd, size)
+                    os.fsync(fd)
+            except OSError:
+                self.broken = True
+            raise
 
     def _fd_for(self, number: int) -> int:
         if number == self._open_number:
