@@ -90,6 +90,9 @@ class FileStore:
         self._active_size = 0
         self._where: dict[int, int] = {}  # live message id -> segment holding its ENQUEUE
         self._live: dict[int, _Segment] = {}
+        # Segments on disk, oldest first (the active one last), and those with nothing live.
+        self._on_disk: list[int] = []
+        self._dead: set[int] = set()
         self._recovered = False
 
     @property
@@ -124,9 +127,7 @@ class FileStore:
         if segment == self._active:
             return
         if state.live == 0:
-            # Every message in it is gone: the whole file goes (space reclaimed).
-            del self._live[segment]
-            self._committer.delete_segment(segment)
+            self._mark_dead(segment)
         elif state.live < state.total * COMPACT_BELOW_LIVE_SHARE and not state.compacting:
             self._compact(segment, state)
 
@@ -156,11 +157,25 @@ class FileStore:
             moved.total += 1
             state.live -= 1
         if state.live == 0:
-            del self._live[segment]
-            self._committer.delete_segment(segment)
+            self._mark_dead(segment)
         else:
             state.compacting = False
         self.compactions += 1
+
+    def _mark_dead(self, segment: int) -> None:
+        """No message in the segment is live any more; delete it when that is safe."""
+        self._live.pop(segment, None)
+        self._dead.add(segment)
+        self._reclaim()
+
+    def _reclaim(self) -> None:
+        """Delete dead segments oldest first only: a segment's REMOVE records may cancel
+        ENQUEUEs in older files, and must outlive them or acked messages would come back."""
+        on_disk = self._on_disk
+        while on_disk and on_disk[0] in self._dead and on_disk[0] != self._active:
+            segment = on_disk.pop(0)
+            self._dead.discard(segment)
+            self._committer.delete_segment(segment)
 
     def delivered(self, queue: str, message_id: int) -> None:
         if message_id in self._where:
@@ -175,10 +190,10 @@ class FileStore:
             finished = self._active
             self._active += 1
             self._active_size = 0
+            self._on_disk.append(self._active)
             state = self._live.get(finished)
-            if state is not None and state.live == 0:
-                del self._live[finished]
-                self._committer.delete_segment(finished)
+            if state is None or state.live == 0:
+                self._mark_dead(finished)
         self._active_size += len(data)
         self._committer.append(self._active, data)
         return self._active
@@ -210,11 +225,13 @@ class FileStore:
         for segment, total in enqueued.items():
             if segment in self._live:
                 self._live[segment].total = total
-        for segment in self._segments.segment_numbers():
-            if segment not in self._live:
-                self._segments.delete(segment)
         # Never append to a file that recovery may have cut: start a fresh segment.
         self._active = highest_segment + 1
+        self._on_disk = [*self._segments.segment_numbers(), self._active]
+        self._dead = {n for n in self._on_disk[:-1] if n not in self._live}
+        while self._on_disk[0] in self._dead:
+            self._dead.discard(self._on_disk[0])
+            self._segments.delete(self._on_disk.pop(0))
         self._recovered = True
         return {
             queue: [messages[i] for i in sorted(messages)]
