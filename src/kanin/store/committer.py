@@ -88,6 +88,9 @@ class GroupCommitter:
         if not ok:
             log.error("message store write failed: %s", done.exception())
         self.failed = not ok
+        if not ok:
+            # Waiters that joined during this round cover its lost records too.
+            waiters, self._waiters = waiters + self._waiters, []
         for waiter in waiters:
             waiter(ok)
         self._kick()

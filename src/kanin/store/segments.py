@@ -39,6 +39,7 @@ class SegmentLog:
         self._open_number = 0
         self._open_fd = -1
         self.broken = False
+        self._retired: list[int] = []  # earlier segments' descriptors, closed after fsync
 
     def segment_numbers(self) -> list[int]:
         numbers = []
@@ -68,6 +69,7 @@ class SegmentLog:
                 touched[number] = fd
             for fd in touched.values():
                 os.fsync(fd)
+            self._close_retired()
         except OSError:
             # Cut what this batch wrote, so later batches never follow a partial record
             # (recovery would stop there and lose them). If even that fails, the log
@@ -85,7 +87,9 @@ class SegmentLog:
             return self._open_fd
         if number < self._open_number:
             raise ValueError(f"segment {number} is older than the open segment {self._open_number}")
-        self.close()
+        if self._open_fd >= 0:
+            # Not closed yet: what this batch wrote to it must be fsynced first.
+            self._retired.append(self._open_fd)
         path = segment_path(self.directory, number)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         if os.fstat(fd).st_size == 0:
@@ -104,7 +108,13 @@ class SegmentLog:
             return  # never the segment being written
         segment_path(self.directory, number).unlink(missing_ok=True)
 
+    def _close_retired(self) -> None:
+        for fd in self._retired:
+            os.close(fd)
+        self._retired.clear()
+
     def close(self) -> None:
+        self._close_retired()
         if self._open_fd >= 0:
             os.close(self._open_fd)
         self._open_number, self._open_fd = 0, -1

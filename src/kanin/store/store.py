@@ -93,6 +93,7 @@ class FileStore:
         # Segments on disk, oldest first (the active one last), and those with nothing live.
         self._on_disk: list[int] = []
         self._dead: set[int] = set()
+        self._delivered: set[int] = set()  # live ids with a DELIVERED record on disk
         self._recovered = False
 
     @property
@@ -121,6 +122,7 @@ class FileStore:
         segment = self._where.pop(message_id, None)
         if segment is None:
             return
+        self._delivered.discard(message_id)
         self._place(records.encode_simple(records.REMOVE, message_id, queue))
         state = self._live[segment]
         state.live -= 1
@@ -147,20 +149,41 @@ class FileStore:
             log.error("compacting segment %d failed: %s", segment, done.exception())
             state.compacting = False
             return
+        moved: list[int] = []
         for record in done.result():
             if self._where.get(record.id) != segment:
                 continue  # removed while we were reading
             new_segment = self._place(records.encode(record))
+            if record.id in self._delivered:  # the delivery mark moves with the message
+                self._place(records.encode_simple(records.DELIVERED, record.id, record.queue))
             self._where[record.id] = new_segment
-            moved = self._live.setdefault(new_segment, _Segment())
-            moved.live += 1
-            moved.total += 1
+            target = self._live.setdefault(new_segment, _Segment())
+            target.live += 1
+            target.total += 1
             state.live -= 1
+            moved.append(record.id)
+        # The old file may go only once the copies are on disk.
+        self._committer.after_commit(lambda ok: self._compacted(segment, moved, ok))
+
+    def _compacted(self, segment: int, moved: list[int], ok: bool) -> None:
+        state = self._live.get(segment)
+        if state is None:
+            return
+        if not ok:
+            # The copies were not written: the messages still live in the old segment.
+            for message_id in moved:
+                current = self._where.get(message_id)
+                if current is not None and current != segment:
+                    self._where[message_id] = segment
+                    self._live[current].live -= 1
+                    state.live += 1
+            state.compacting = False
+            return
+        self.compactions += 1
         if state.live == 0:
             self._mark_dead(segment)
         else:
             state.compacting = False
-        self.compactions += 1
 
     def _mark_dead(self, segment: int) -> None:
         """No message in the segment is live any more; delete it when that is safe."""
@@ -178,7 +201,8 @@ class FileStore:
             self._committer.delete_segment(segment)
 
     def delivered(self, queue: str, message_id: int) -> None:
-        if message_id in self._where:
+        if message_id in self._where and message_id not in self._delivered:
+            self._delivered.add(message_id)
             self._place(records.encode_simple(records.DELIVERED, message_id, queue))
 
     def after_commit(self, waiter: Waiter) -> None:
@@ -216,10 +240,12 @@ class FileStore:
             elif record.type == records.REMOVE:
                 queues.get(record.queue, {}).pop(record.id, None)
                 self._where.pop(record.id, None)
+                self._delivered.discard(record.id)
             elif record.type == records.DELIVERED:
                 message = queues.get(record.queue, {}).get(record.id)
                 if message is not None:
                     message.redelivered = True
+                    self._delivered.add(record.id)
         for segment in self._where.values():
             self._live.setdefault(segment, _Segment()).live += 1
         for segment, total in enqueued.items():
@@ -229,7 +255,9 @@ class FileStore:
         self._active = highest_segment + 1
         self._on_disk = [*self._segments.segment_numbers(), self._active]
         self._dead = {n for n in self._on_disk[:-1] if n not in self._live}
-        while self._on_disk[0] in self._dead:
+        # The newest old file stays until the new segment has records: it remembers which
+        # ids were taken, so ids are not reused after everything was removed.
+        while self._on_disk[0] in self._dead and self._on_disk[0] != highest_segment:
             self._dead.discard(self._on_disk[0])
             self._segments.delete(self._on_disk.pop(0))
         self._recovered = True

@@ -1,23 +1,32 @@
 """A faulty disk for the message store's tests.
 
 How this works:
-- `FaultySegmentLog` is a `SegmentLog` that can be told what its next `write` does:
-  - `fail_next_write(errno, written)`: write only the first `written` bytes of the batch
-    (none by default; all of it with `written=None`, which is how a failed fsync looks),
-    then raise OSError(errno). The store stays usable: the round's `after_commit` waiters
-    get False and later rounds are written normally. ENOSPC and EIO are the usual errnos.
-  - `crash_next_write(written)`: a kill -9 or power cut in the middle of the write: only
-    the first `written` bytes reach the file (a torn write), then this and every later
-    write or delete raises OSError(EIO), as if the process were gone. Open a new store on
-    the same directory to "restart".
+- `FaultySegmentLog` is a `SegmentLog` that can be told what its next `write` meets.
+  The fault is injected at the OS calls that `SegmentLog.write` makes (os.write, os.fsync,
+  os.ftruncate), so the log's own error handling runs exactly as it would on a real disk:
+  - `fail_next_write(errno, written)`: the disk accepts `written` more bytes (a short
+    write, as a filling disk gives), then os.write raises OSError(errno). With
+    `written=None` every write succeeds and the first fsync fails instead (how EIO
+    usually shows). The log may undo the batch (ftruncate) and stays usable: the round's
+    `after_commit` waiters get False and later rounds are written normally. With
+    `undo_fails=True` the undo fails too (a disk gone bad).
+  - `crash_next_write(written)`: kill -9 or a power cut in the middle of the write: only
+    `written` bytes land (a torn write), then nothing else ever reaches the disk: no undo,
+    and this and every later write or delete raises OSError(EIO), as if the process were
+    gone. Open a new store on the same directory to "restart".
+  Both also take `fraction=` instead of `written`: that share of the batch's bytes,
+  rounded down, for tests that arm the fault before they know how big the batch is.
+  Byte counts cover everything the log writes for the batch, in order, including the
+  8-byte header of a segment file it starts.
+- The OS calls are intercepted by swapping `kanin.store.segments.os` for a pass-through
+  proxy, once, when the first FaultySegmentLog is made. It interferes only with the
+  thread of a FaultySegmentLog that is writing with a fault armed; every other call, in
+  every other thread, goes straight to the os module.
 - `faulty_file_store` builds a FileStore that writes through a FaultySegmentLog, and
   `use_segment_log` puts any SegmentLog (a blocking one, a counting one) under a store.
 - `newest_segment`, `truncate_tail`, `corrupt_byte` and `append_garbage` damage segment
   files directly, as a crash or a bad disk would, between a store's close and the next
   start.
-
-Byte counts are over the batch as the committer hands it over: its chunks in order,
-so a torn write may end in any segment of the batch and never skips ahead.
 """
 
 from __future__ import annotations
@@ -25,24 +34,107 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import threading
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
-from kanin.store import records
+from kanin.store import records, segments
 from kanin.store.segments import SUFFIX, SegmentLog
 from kanin.store.store import DEFAULT_SEGMENT_BYTES, FileStore
 
 Chunks = list[tuple[int, bytes]]
 
 
-def _prefix(chunks: Chunks, written: int) -> Chunks:
-    """The first `written` bytes of the batch, as chunks (empty chunks dropped)."""
-    kept: Chunks = []
-    for number, data in chunks:
-        if written <= 0:
-            break
-        kept.append((number, data[:written]))
-        written -= len(data)
-    return kept
+@dataclass
+class _Fault:
+    """What the OS does to the batch being written on this thread."""
+
+    error: int
+    budget: int | None  # bytes the disk still accepts; None: all (then fsync fails)
+    crash: bool  # after the budget: nothing more reaches the disk, not even an undo
+    undo_fails: bool = False
+    spent: bool = False  # the fault has struck
+
+    def write(self, real: ModuleType, fd: int, data: Any) -> int:
+        if self.crash and self.spent:
+            raise OSError(errno.EIO, "the process is gone")
+        if self.budget is None:
+            return int(real.write(fd, data))
+        if self.budget <= 0:
+            self.spent = True
+            raise OSError(self.error, os.strerror(self.error))
+        size = min(len(data), self.budget)
+        written = int(real.write(fd, memoryview(data)[:size]))
+        self.budget -= written
+        return written
+
+    def fsync(self, real: ModuleType, fd: int) -> None:
+        if self.crash and self.spent:
+            raise OSError(errno.EIO, "the process is gone")
+        if not self.spent:
+            # The budget was never exhausted: the fault strikes at the first fsync.
+            self.spent = True
+            raise OSError(self.error if not self.crash else errno.EIO, "fsync failed")
+        real.fsync(fd)
+
+    def ftruncate(self, real: ModuleType, fd: int, length: int) -> None:
+        if self.crash or self.undo_fails:
+            raise OSError(errno.EIO, "cannot undo the write")
+        real.ftruncate(fd, length)
+
+
+class _FaultyOs:
+    """Stands in for the os module inside kanin.store.segments (see the module docstring)."""
+
+    def __init__(self, real: ModuleType) -> None:
+        self._real = real
+        self._local = threading.local()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._real, name)
+
+    def armed(self) -> _Fault | None:
+        fault: _Fault | None = getattr(self._local, "fault", None)
+        return fault
+
+    def arm(self, fault: _Fault | None) -> None:
+        self._local.fault = fault
+
+    def write(self, fd: int, data: Any) -> int:
+        fault = self.armed()
+        return (
+            int(self._real.write(fd, data)) if fault is None else fault.write(self._real, fd, data)
+        )
+
+    def fsync(self, fd: int) -> None:
+        fault = self.armed()
+        if fault is None:
+            self._real.fsync(fd)
+        else:
+            fault.fsync(self._real, fd)
+
+    def ftruncate(self, fd: int, length: int) -> None:
+        fault = self.armed()
+        if fault is None:
+            self._real.ftruncate(fd, length)
+        else:
+            fault.ftruncate(self._real, fd, length)
+
+
+_install_lock = threading.Lock()
+
+
+def _faulty_os() -> _FaultyOs:
+    with _install_lock:
+        namespace = vars(segments)
+        current = namespace["os"]
+        if isinstance(current, _FaultyOs):
+            return current
+        proxy = _FaultyOs(current)
+        namespace["os"] = proxy
+        return proxy
 
 
 class FaultySegmentLog(SegmentLog):
@@ -50,8 +142,8 @@ class FaultySegmentLog(SegmentLog):
 
     def __init__(self, directory: Path) -> None:
         super().__init__(directory)
-        self._fail: tuple[int, int | None] | None = None
-        self._crash_at: int | None = None
+        self._os = _faulty_os()
+        self._next: tuple[_Fault, float | None] | None = None
         self.crashed = False
         self.writes = 0  # write calls that succeeded
         self.failures = 0  # write calls that raised
@@ -60,40 +152,48 @@ class FaultySegmentLog(SegmentLog):
     @property
     def armed(self) -> bool:
         """A failure or a crash is waiting for the next write."""
-        return self._fail is not None or self._crash_at is not None
+        return self._next is not None
 
-    def fail_next_write(self, error: int = errno.ENOSPC, written: int | None = 0) -> None:
-        """The next write puts `written` bytes of its batch on disk (None: all), then fails."""
+    def fail_next_write(
+        self,
+        error: int = errno.ENOSPC,
+        written: int | None = 0,
+        *,
+        fraction: float | None = None,
+        undo_fails: bool = False,
+    ) -> None:
+        """The next write gets `written` bytes onto the disk (None: all, and fsync fails),
+        then OSError(error); the log's undo of the batch works unless `undo_fails`."""
         assert written is None or written >= 0
-        self._fail = (error, written)
+        assert fraction is None or 0.0 <= fraction <= 1.0
+        self._next = (_Fault(error, written, crash=False, undo_fails=undo_fails), fraction)
 
-    def crash_next_write(self, written: int = 0) -> None:
+    def crash_next_write(self, written: int = 0, *, fraction: float | None = None) -> None:
         """The next write is torn after `written` bytes and the disk is gone from then on."""
         assert written >= 0
-        self._crash_at = written
+        assert fraction is None or 0.0 <= fraction <= 1.0
+        self._next = (_Fault(errno.EIO, written, crash=True), fraction)
 
     def write(self, chunks: Chunks) -> None:
         if self.crashed:
             self.failures += 1
             raise OSError(errno.EIO, "the disk crashed")
-        if self._crash_at is not None:
-            written, self._crash_at = self._crash_at, None
-            self.crashed = True
-            self.failures += 1
-            self._raw_write(_prefix(chunks, written))
-            raise OSError(errno.EIO, f"crashed after {written} bytes of the batch")
-        if self._fail is not None:
-            (error, fail_written), self._fail = self._fail, None
-            self.failures += 1
-            self._raw_write(chunks if fail_written is None else _prefix(chunks, fail_written))
-            raise OSError(error, os.strerror(error))
-        super().write(chunks)
-        self.writes += 1
-        self.batches.append(list(chunks))
-
-    def _raw_write(self, chunks: Chunks) -> None:
-        if chunks:
+        if self._next is None:
             super().write(chunks)
+            self.writes += 1
+            self.batches.append(list(chunks))
+            return
+        (fault, fraction), self._next = self._next, None
+        if fraction is not None:
+            fault.budget = int(sum(len(data) for _, data in chunks) * fraction)
+        self.crashed = fault.crash
+        self.failures += 1
+        self._os.arm(fault)
+        try:
+            super().write(chunks)
+        finally:
+            self._os.arm(None)
+        raise AssertionError("an armed fault did not strike")  # pragma: no cover
 
     def delete(self, number: int) -> None:
         if self.crashed:

@@ -1,0 +1,201 @@
+"""One contract for every message store (kanin/store/store.py), run against MemoryStore and
+FileStore alike, after nats-server's store_test.go. The FileStore's own duties (segments,
+reclaiming space, torn tails, group commit, disk faults) are in test_store_file.py.
+
+A "restart" is close + a new FileStore on the same directory + recover() for the file store,
+and recover() on the same instance for the memory store.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from kanin.store.records import queue_key
+from store_harness import Q1, Q2, Q3, Harness, Sent, body, expected
+
+
+@pytest.fixture(params=["memory", "file"])
+async def harness(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Harness]:
+    opened = Harness.open(request.param, tmp_path / "store")
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def test_a_fresh_store_recovers_nothing(harness: Harness) -> None:
+    assert await harness.commit() is True
+    assert await harness.restart() == {}
+
+
+async def test_enqueued_messages_come_back_in_order_with_exact_content(harness: Harness) -> None:
+    sent = [
+        harness.enqueue(Q1, b"first"),
+        harness.enqueue(Q1, b"", exchange="", routing_key="", header=b""),
+        harness.enqueue(Q1, bytes(range(256)) * 4, exchange="x" * 255, routing_key="r" * 255),
+        harness.enqueue(Q1, b"\x00" * 10, exchange="caf\u00e9", routing_key="\u2603.#"),
+        harness.enqueue(Q1, os.urandom(50_000), header=os.urandom(3000)),  # spans segments
+        harness.enqueue(Q1, b"last"),
+    ]
+    assert [m.id for m in sent] == sorted({m.id for m in sent})
+    assert await harness.commit() is True
+    assert await harness.restart() == expected(sent)
+    # A second restart with nothing in between recovers the same again.
+    assert await harness.restart() == expected(sent)
+
+
+async def test_removed_messages_stay_gone_after_restart(harness: Harness) -> None:
+    sent = [harness.enqueue(Q1, body(i)) for i in range(10)]
+    for message in sent[::3]:
+        harness.store.remove(Q1, message.id)
+    assert await harness.commit() is True
+    kept = [m for i, m in enumerate(sent) if i % 3]
+    assert await harness.restart() == expected(kept)
+    harness.store.remove(Q1, kept[0].id)
+    assert await harness.commit() is True
+    assert await harness.restart() == expected(kept[1:])
+    assert await harness.restart() == expected(kept[1:])
+
+
+async def test_removing_every_message_leaves_no_queue(harness: Harness) -> None:
+    sent = [harness.enqueue(Q1, body(i)) for i in range(5)]
+    for message in sent:
+        harness.store.remove(Q1, message.id)
+    assert await harness.commit() is True
+    recovered = await harness.restart()
+    assert recovered.get(Q1, []) == []
+
+
+async def test_removing_twice_or_an_unknown_id_is_harmless(harness: Harness) -> None:
+    a, b = harness.enqueue(Q1, b"a"), harness.enqueue(Q1, b"b")
+    harness.store.remove(Q1, a.id)
+    harness.store.remove(Q1, a.id)
+    harness.store.remove(Q1, 10_000)
+    harness.store.delivered(Q1, 10_000)
+    assert await harness.commit() is True
+    assert await harness.restart() == expected([b])
+
+
+async def test_delivered_messages_come_back_redelivered(harness: Harness) -> None:
+    sent = [harness.enqueue(Q1, body(i)) for i in range(6)]
+    harness.store.delivered(Q1, sent[1].id)
+    harness.store.delivered(Q1, sent[4].id)
+    harness.store.delivered(Q1, sent[4].id)  # twice is the same as once
+    harness.store.delivered(Q1, sent[5].id)
+    harness.store.remove(Q1, sent[5].id)  # delivered, then acked: gone
+    assert await harness.commit() is True
+    assert await harness.restart() == expected(sent[:5], redelivered={sent[1].id, sent[4].id})
+    # The flag sticks across further restarts, and later deliveries add to it.
+    harness.store.delivered(Q1, sent[0].id)
+    assert await harness.commit() is True
+    flagged = {sent[0].id, sent[1].id, sent[4].id}
+    assert await harness.restart() == expected(sent[:5], redelivered=flagged)
+
+
+async def test_delivered_after_remove_does_not_revive(harness: Harness) -> None:
+    a = harness.enqueue(Q1, b"a")
+    harness.store.remove(Q1, a.id)
+    harness.store.delivered(Q1, a.id)
+    assert await harness.commit() is True
+    assert (await harness.restart()).get(Q1, []) == []
+
+
+async def test_after_commit_waiters_run_later_in_order_with_ok(harness: Harness) -> None:
+    calls: list[tuple[str, bool, set[int]]] = []
+
+    def waiter(name: str, wanted: set[int]) -> None:
+        def run(ok: bool) -> None:
+            calls.append((name, ok, wanted - harness.durable_ids()))
+
+        harness.store.after_commit(run)
+
+    first = {harness.enqueue(Q1, body(i)).id for i in range(3)}
+    waiter("first", first)
+    second = first | {harness.enqueue(Q2, body(i)).id for i in range(3)}
+    waiter("second", second)
+    waiter("third", second)  # nothing new appended: still runs
+    assert calls == []  # never synchronously
+    assert await harness.commit() is True
+    # Each ran once, in order, with ok=True, and everything before it was durable by then.
+    assert calls == [("first", True, set()), ("second", True, set()), ("third", True, set())]
+
+
+async def test_after_commit_with_nothing_appended_still_runs(harness: Harness) -> None:
+    assert await harness.commit() is True
+    assert await harness.commit() is True
+
+
+async def test_queues_are_independent(harness: Harness) -> None:
+    queues = [Q1, Q2, Q3, queue_key("/", "orders\x00x"), queue_key("/", "")]
+    rng = random.Random(7)
+    sent: list[Sent] = []
+    for i in range(60):
+        sent.append(harness.enqueue(rng.choice(queues), body(i, rng.randrange(1, 300))))
+    # Remove everything from one queue, half of another, and deliver in a third.
+    gone = {m.id for m in sent if m.queue == Q2}
+    gone |= {m.id for m in sent if m.queue == Q1 and m.id % 2}
+    for message in sent:
+        if message.id in gone:
+            harness.store.remove(message.queue, message.id)
+    flagged = {m.id for m in sent if m.queue == Q3}
+    for message_id in flagged:
+        harness.store.delivered(Q3, message_id)
+    survivors = [m for m in sent if m.id not in gone]
+    assert await harness.commit() is True
+    recovered = await harness.restart()
+    assert recovered == expected(survivors, redelivered=flagged)
+    assert Q2 not in recovered or recovered[Q2] == []
+
+
+async def test_ids_increase_across_restarts(harness: Harness) -> None:
+    seen = [harness.enqueue(Q1, body(i)).id for i in range(3)]
+    assert await harness.commit() is True
+    await harness.restart()
+    seen.append(harness.enqueue(Q1, b"after one restart").id)
+    assert await harness.commit() is True
+    await harness.restart()
+    seen.append(harness.enqueue(Q2, b"after two restarts").id)
+    assert seen == sorted(set(seen)), seen
+
+
+async def test_ids_are_not_reused_after_everything_was_removed(harness: Harness) -> None:
+    sent = [harness.enqueue(Q1, body(i)) for i in range(3)]
+    for message in sent:
+        harness.store.remove(Q1, message.id)
+    assert await harness.commit() is True
+    await harness.restart()
+    await harness.restart()
+    fresh = harness.enqueue(Q1, b"new")
+    assert fresh.id > max(m.id for m in sent), (fresh.id, [m.id for m in sent])
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_random_workload_matches_a_model(harness: Harness, seed: int) -> None:
+    rng = random.Random(seed)
+    queues = [Q1, Q2, Q3]
+    live: dict[int, Sent] = {}
+    flagged: set[int] = set()
+    for _ in range(8):
+        for _ in range(rng.randrange(1, 40)):
+            roll = rng.random()
+            if roll < 0.55 or not live:
+                message = harness.enqueue(rng.choice(queues), body(rng.randrange(1000), 300))
+                live[message.id] = message
+            elif roll < 0.85:
+                message = live.pop(rng.choice(sorted(live)))
+                harness.store.remove(message.queue, message.id)
+                flagged.discard(message.id)
+            else:
+                message = live[rng.choice(sorted(live))]
+                harness.store.delivered(message.queue, message.id)
+                flagged.add(message.id)
+        assert await harness.commit() is True
+        if rng.random() < 0.5:
+            assert await harness.restart() == expected(list(live.values()), flagged)
+    assert await harness.restart() == expected(list(live.values()), flagged)
+    assert await harness.restart() == expected(list(live.values()), flagged)

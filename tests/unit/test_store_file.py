@@ -1,0 +1,578 @@
+"""The FileStore's own duties (kanin/store/store.py, segments.py, committer.py), beyond the
+contract it shares with MemoryStore (test_store_contract.py): segment rotation, reclaiming the
+space of removed messages, what a crash leaves behind, group commit, and disk faults.
+
+Faults come from kanin.testing.faulty_disk; "restart" is close + a new FileStore on the same
+directory + recover(), "crash" is abandoning the store without a drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import random
+import sys
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from kanin.store import records
+from kanin.store.records import FILE_HEADER
+from kanin.store.segments import SegmentLog
+from kanin.store.store import FileStore
+from kanin.testing.faulty_disk import (
+    FaultySegmentLog,
+    append_garbage,
+    corrupt_byte,
+    newest_segment,
+    segment_files,
+    truncate_tail,
+    use_segment_log,
+)
+from store_harness import (
+    Q1,
+    Q2,
+    SEGMENT_BYTES,
+    Harness,
+    Sent,
+    body,
+    expected,
+    segment_of,
+)
+
+
+@pytest.fixture
+async def files(tmp_path: Path) -> AsyncIterator[Harness]:
+    opened = Harness.open("file", tmp_path / "store")
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+@pytest.fixture
+async def faulty(tmp_path: Path) -> AsyncIterator[Harness]:
+    opened = Harness.open("file", tmp_path / "store", faulty=True)
+    try:
+        yield opened
+    finally:
+        if opened.log is not None and opened.log.crashed:
+            opened.crash()
+        else:
+            await opened.close()
+
+
+async def settle(harness: Harness) -> None:
+    """Let background work (compaction reads, their rewrites) finish and commit."""
+    for _ in range(50):
+        await harness.commit()
+        await asyncio.sleep(0.005)
+        if harness.file.committer.idle and not any(
+            state.compacting for state in harness.file._live.values()
+        ):
+            return
+    raise AssertionError("the store never settled")
+
+
+# -- segments --------------------------------------------------------------------------------
+
+
+async def test_segments_rotate_at_the_size_limit(files: Harness) -> None:
+    sent = [files.enqueue(Q1, body(i, 500)) for i in range(40)]
+    assert await files.commit() is True
+    paths = segment_files(files.directory)
+    assert len(paths) >= 5, paths
+    for path in paths:
+        data = path.read_bytes()
+        assert data.startswith(FILE_HEADER)
+        # A record overshoots the limit only when it is alone in its segment.
+        assert len(data) <= SEGMENT_BYTES + len(FILE_HEADER), (path, len(data))
+    where = segment_of(files.directory)
+    numbers = [where[m.id] for m in sent]
+    assert numbers == sorted(numbers)  # filled in id order
+    assert await files.restart() == expected(sent)
+
+
+async def test_a_message_larger_than_a_segment_gets_one_alone(files: Harness) -> None:
+    big = files.enqueue(Q1, os.urandom(3 * SEGMENT_BYTES))
+    small = files.enqueue(Q1, b"small")
+    assert await files.commit() is True
+    where = segment_of(files.directory)
+    assert where[big.id] != where[small.id]
+    assert await files.restart() == expected([big, small])
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+async def test_every_segment_a_round_writes_is_fsynced_before_its_waiters_run(
+    files: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch that spans a rotation writes two files; both must be fsynced, not the new one
+    twice (the old file's descriptor must not be closed before its fsync)."""
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    for i in range(12):  # about 1.5 segments in one batch
+        files.enqueue(Q1, body(i, 500))
+    assert await files.commit() is True
+    written = [path.name for path in segment_files(files.directory)]
+    assert len(written) == 2
+    assert set(written) <= set(synced), (written, synced)
+
+
+async def test_a_segment_whose_messages_are_all_removed_is_deleted(files: Harness) -> None:
+    sent = [files.enqueue(Q1, body(i, 500)) for i in range(40)]
+    assert await files.commit() is True
+    where = segment_of(files.directory)
+    first = where[sent[0].id]
+    in_first = [m for m in sent if where[m.id] == first]
+    assert 1 < len(in_first) < len(sent)
+    path = files.directory / f"{first:012d}.log"
+    # Removing all but one keeps the file (it is too full to be worth compacting) ...
+    for message in in_first[: len(in_first) // 2]:
+        files.store.remove(Q1, message.id)
+    assert await files.commit() is True
+    assert path.exists()
+    # ... and removing the rest deletes it after the next commit round.
+    for message in in_first[len(in_first) // 2 :]:
+        files.store.remove(Q1, message.id)
+    await settle(files)
+    assert not path.exists()
+    survivors = [m for m in sent if where[m.id] != first]
+    assert await files.restart() == expected(survivors)
+
+
+async def test_space_of_removed_messages_is_reclaimed(files: Harness) -> None:
+    def disk_bytes() -> int:
+        return sum(p.stat().st_size for p in segment_files(files.directory))
+
+    live: list[Sent] = []
+    for round_ in range(10):
+        batch = [files.enqueue(Q1, body(i, 700)) for i in range(20)]
+        assert await files.commit() is True
+        for message in live:
+            files.store.remove(Q1, message.id)
+        live = batch
+        await settle(files)
+        # Ten rounds write ~140 KB; about two batches' worth may be on disk at any time.
+        assert disk_bytes() < 3 * 20 * 700, (round_, disk_bytes())
+    assert await files.restart() == expected(live)
+    assert disk_bytes() < 3 * 20 * 700
+
+
+async def test_restart_deletes_segments_with_nothing_live(files: Harness) -> None:
+    sent = [files.enqueue(Q1, body(i, 500)) for i in range(30)]
+    for message in sent[:-1]:
+        files.store.remove(Q1, message.id)
+    assert await files.commit() is True
+    assert await files.restart() == expected(sent[-1:])
+    assert len(segment_files(files.directory)) <= 2
+
+
+async def test_tombstones_survive_the_deletion_of_the_segment_holding_them(
+    files: Harness,
+) -> None:
+    """A REMOVE lives in a later segment than its ENQUEUE. When that later segment is deleted
+    for having no live messages of its own, the REMOVE must not go with it while the
+    ENQUEUE's segment still exists, or the removed message comes back."""
+    a = files.enqueue(Q1, body(1, 1500))  # segment 1: a, b
+    b = files.enqueue(Q1, body(2, 1500))
+    c = files.enqueue(Q1, body(3, 3000))  # segment 2: c, then REMOVE a
+    files.store.remove(Q1, a.id)
+    d = files.enqueue(Q1, body(4, 3000))  # segment 3: d
+    assert await files.commit() is True
+    where = segment_of(files.directory)
+    assert where[a.id] == where[b.id] < where[c.id] < where[d.id]
+    files.store.remove(Q1, c.id)  # segment 2 now has nothing live
+    await settle(files)
+    assert await files.restart() == expected([b, d])
+    assert await files.restart() == expected([b, d])
+
+
+async def test_a_segment_holding_only_tombstones_is_kept_at_recovery(files: Harness) -> None:
+    """The same at start-up: a segment with only a REMOVE for a message in an older, still
+    live segment is not garbage."""
+    a = files.enqueue(Q1, body(1, 1500))
+    b = files.enqueue(Q1, body(2, 1500))
+    assert await files.commit() is True
+    await files.restart()  # new appends go to a fresh segment
+    files.store.remove(Q1, a.id)  # the only record in the new segment
+    assert await files.commit() is True
+    assert await files.restart() == expected([b])
+    assert await files.restart() == expected([b])
+
+
+# -- compaction --------------------------------------------------------------------------------
+
+
+async def sparse_old_segment(files: Harness) -> tuple[list[Sent], Sent]:
+    """Segment 1 holds ~8 messages; all but one are removed, which compacts it."""
+    sent = [files.enqueue(Q1, body(i, 450)) for i in range(24)]
+    assert await files.commit() is True
+    where = segment_of(files.directory)
+    in_first = [m for m in sent if where[m.id] == 1]
+    assert len(in_first) >= 5
+    keep = in_first[len(in_first) // 2]
+    return sent, keep
+
+
+async def test_compaction_moves_the_last_live_messages_and_frees_the_file(
+    files: Harness,
+) -> None:
+    sent, keep = await sparse_old_segment(files)
+    where = segment_of(files.directory)
+    gone = [m for m in sent if where[m.id] == 1 and m is not keep]
+    for message in gone:
+        files.store.remove(Q1, message.id)
+    await settle(files)
+    assert files.file.compactions >= 1
+    assert not (files.directory / f"{1:012d}.log").exists()
+    assert segment_of(files.directory)[keep.id] > 1
+    survivors = [m for m in sent if m not in gone]
+    assert await files.restart() == expected(survivors)  # same ids, same order
+    assert await files.restart() == expected(survivors)
+
+
+async def test_compaction_keeps_the_redelivered_flag(files: Harness) -> None:
+    sent, keep = await sparse_old_segment(files)
+    files.store.delivered(Q1, keep.id)
+    assert await files.commit() is True
+    where = segment_of(files.directory)
+    gone = [m for m in sent if where[m.id] == 1 and m is not keep]
+    for message in gone:
+        files.store.remove(Q1, message.id)
+    await settle(files)
+    assert files.file.compactions >= 1
+    survivors = [m for m in sent if m not in gone]
+    assert await files.restart() == expected(survivors, redelivered={keep.id})
+
+
+class GatedLog(FaultySegmentLog):
+    """Compaction reads wait for the test to open the gate."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.gate = threading.Event()
+
+    def read_enqueues(self, number: int, ids: set[int]) -> list[records.Record]:
+        assert self.gate.wait(10), "the test never opened the gate"
+        return super().read_enqueues(number, ids)
+
+
+async def test_a_failed_compaction_write_does_not_lose_the_moved_message(
+    tmp_path: Path,
+) -> None:
+    """Compaction copies a message forward and later deletes the old file. If the copy's
+    round fails, the old file is the only copy: it must not be deleted."""
+    loop = asyncio.get_running_loop()
+    store = FileStore(tmp_path, loop, segment_bytes=SEGMENT_BYTES)
+    log = GatedLog(tmp_path)
+    use_segment_log(store, log)
+    store.recover()
+    files = Harness("file", tmp_path, loop, store, SEGMENT_BYTES, log)
+    pinned = [files.enqueue(Q1, body(i, 1900)) for i in range(2)]  # segment 1, stays half full
+    sparse = [files.enqueue(Q1, body(i, 450)) for i in range(8)]  # segment 2
+    tail = [files.enqueue(Q1, body(i, 450)) for i in range(10)]  # segments 3 and on
+    assert await files.commit() is True
+    where = segment_of(tmp_path)
+    assert {where[m.id] for m in pinned} == {1} and {where[m.id] for m in sparse} == {2}
+    files.store.remove(Q1, pinned[0].id)  # segment 1: half live, not compacted
+    moved = sparse[-1]
+    for message in sparse[:-1]:
+        files.store.remove(Q1, message.id)  # segment 2: 1 of 8 live, compacted
+    assert await files.commit() is True
+    log.fail_next_write(errno.ENOSPC)  # the round carrying the copy fails
+    log.gate.set()
+    for _ in range(200):
+        if log.failures:
+            break
+        await asyncio.sleep(0.01)
+    assert store.compactions == 0  # the copy's round failed: the compaction did not complete
+    assert log.failures == 1
+    files.store.remove(Q1, pinned[1].id)  # segment 1 dies; 2 may go only if `moved` is safe
+    await settle(files)
+    survivors = [moved, *tail]
+    recovered = await files.restart()
+    ids = [m.id for m in recovered.get(Q1, [])]
+    assert moved.id in ids, f"the compacted message {moved.id} was lost: {ids}"
+    assert recovered == expected(survivors)
+
+
+# -- what a crash leaves behind ------------------------------------------------------------------
+
+
+async def fill_and_close(files: Harness, count: int, size: int = 300) -> list[Sent]:
+    sent = [files.enqueue(Q1, body(i, size)) for i in range(count)]
+    assert await files.commit() is True
+    await files.close()
+    return sent
+
+
+@pytest.mark.parametrize("cut", [1, 5, 8, 9, 100, 299])
+async def test_a_torn_tail_is_cut_and_the_valid_prefix_survives(files: Harness, cut: int) -> None:
+    sent = await fill_and_close(files, 8)
+    path = newest_segment(files.directory)
+    valid = path.stat().st_size
+    truncate_tail(files.directory, cut)  # tears the last record (each is > 300 bytes)
+    assert files.reopen() == expected(sent[:-1])
+    assert path.stat().st_size == valid - sent[-1].encoded_size()
+    # New appends go to a fresh segment, never after the cut.
+    later = files.enqueue(Q1, b"after recovery")
+    assert await files.commit() is True
+    assert segment_of(files.directory)[later.id] > int(path.stem)
+    assert await files.restart() == expected([*sent[:-1], later])
+
+
+@pytest.mark.parametrize("garbage_bytes", [1, 7, 8, 64, 5000])
+async def test_random_bytes_after_the_last_record_are_cut(
+    files: Harness, garbage_bytes: int
+) -> None:
+    sent = await fill_and_close(files, 8)
+    path = newest_segment(files.directory)
+    valid = path.stat().st_size
+    append_garbage(files.directory, random.Random(garbage_bytes).randbytes(garbage_bytes))
+    assert files.reopen() == expected(sent)
+    assert path.stat().st_size == valid
+    later = files.enqueue(Q2, b"after recovery")
+    assert await files.commit() is True
+    assert await files.restart() == expected([*sent, later])
+
+
+async def test_zeros_after_the_last_record_are_cut(files: Harness) -> None:
+    sent = await fill_and_close(files, 4)
+    append_garbage(files.directory, bytes(4096))
+    assert files.reopen() == expected(sent)
+
+
+async def test_a_flipped_checksum_loses_only_that_record_and_those_after_it_in_the_file(
+    files: Harness,
+) -> None:
+    sent = await fill_and_close(files, 40, size=400)
+    path = newest_segment(files.directory)
+    where = segment_of(files.directory)
+    in_last = [m for m in sent if where[m.id] == int(path.stem)]
+    assert len(in_last) >= 4
+    offsets = [offset for offset, _ in records.scan(path.read_bytes())]
+    hit = len(offsets) // 2
+    corrupt_byte(path, offsets[hit] + 4)  # the checksum field
+    lost = {m.id for m in in_last[hit:]}
+    assert files.reopen() == expected([m for m in sent if m.id not in lost])
+
+
+async def test_a_corrupt_record_in_an_older_segment_does_not_hide_later_segments(
+    files: Harness,
+) -> None:
+    sent = await fill_and_close(files, 40, size=400)
+    first = segment_files(files.directory)[0]
+    where = segment_of(files.directory)
+    offsets = [offset for offset, _ in records.scan(first.read_bytes())]
+    corrupt_byte(first, offsets[-1] + 20)  # a payload byte of its last record
+    lost = max(m.id for m in sent if where[m.id] == int(first.stem))
+    assert files.reopen() == expected([m for m in sent if m.id != lost])
+
+
+async def test_a_segment_with_a_bad_header_is_moved_aside(files: Harness) -> None:
+    sent = await fill_and_close(files, 20, size=400)
+    first = segment_files(files.directory)[0]
+    in_first = {m for m, n in segment_of(files.directory).items() if n == int(first.stem)}
+    corrupt_byte(first, 0)
+    kept = [m for m in sent if m.id not in in_first]
+    assert files.reopen() == expected(kept)
+    assert first.with_suffix(".corrupt").exists()
+    later = files.enqueue(Q1, b"later")
+    assert await files.commit() is True
+    assert await files.restart() == expected([*kept, later])
+
+
+@pytest.mark.parametrize("leftover", [b"", FILE_HEADER, FILE_HEADER[:3]])
+async def test_an_empty_or_headerless_newest_segment_from_a_crash(
+    files: Harness, leftover: bytes
+) -> None:
+    sent = await fill_and_close(files, 5)
+    number = int(newest_segment(files.directory).stem) + 1
+    (files.directory / f"{number:012d}.log").write_bytes(leftover)
+    assert files.reopen() == expected(sent)
+    later = files.enqueue(Q1, b"later")
+    assert await files.commit() is True
+    assert await files.restart() == expected([*sent, later])
+
+
+# -- group commit ------------------------------------------------------------------------------
+
+
+async def test_many_appends_in_one_turn_are_one_commit_round(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    files = Harness.open("file", tmp_path, segment_bytes=1 << 20)
+    fsyncs: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        fsyncs.append(fd)
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", counting_fsync)
+    rounds = files.file.committer.rounds
+    sent = [files.enqueue(Q1 if i % 2 else Q2, body(i, 20)) for i in range(500)]
+    for message in sent[::5]:
+        files.store.delivered(message.queue, message.id)
+    assert await files.commit() is True
+    assert files.file.committer.rounds == rounds + 1
+    # One file fsync, plus the directory's for the new segment file: never one per message.
+    assert 1 <= len(fsyncs) <= 2, len(fsyncs)
+    # The next batch goes to the same, already open file: exactly one fsync.
+    fsyncs.clear()
+    more = [files.enqueue(Q1, body(i, 20)) for i in range(100)]
+    assert await files.commit() is True
+    assert files.file.committer.rounds == rounds + 2
+    assert len(fsyncs) == 1
+    monkeypatch.undo()
+    assert await files.restart() == expected([*sent, *more], {m.id for m in sent[::5]})
+    await files.close()
+
+
+class BlockingLog(SegmentLog):
+    """A SegmentLog whose write waits until the test releases it, recording each batch."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.batches: list[list[int]] = []  # ids of the ENQUEUE records in each write
+
+    def write(self, chunks: list[tuple[int, bytes]]) -> None:
+        self.entered.set()
+        assert self.release.wait(10), "the test never released the write"
+        data = FILE_HEADER + b"".join(data for _, data in chunks)
+        self.batches.append([r.id for _, r in records.scan(data) if r.type == records.ENQUEUE])
+        super().write(chunks)
+
+
+async def wait_for(condition: threading.Event) -> None:
+    for _ in range(1000):
+        if condition.is_set():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out")
+
+
+async def test_appends_during_a_round_wait_for_the_next_round(tmp_path: Path) -> None:
+    loop = asyncio.get_running_loop()
+    store = FileStore(tmp_path, loop, segment_bytes=SEGMENT_BYTES)
+    log = BlockingLog(tmp_path)
+    use_segment_log(store, log)
+    store.recover()
+    results: list[tuple[str, bool, int]] = []
+    first = store.enqueue(Q1, "", "rk", b"", b"one")
+    store.after_commit(lambda ok: results.append(("first", ok, len(log.batches))))
+    await wait_for(log.entered)  # round 1 is writing and holds its batch
+    second = store.enqueue(Q1, "", "rk", b"", b"two")
+    third = store.enqueue(Q2, "", "rk", b"", b"three")
+    store.after_commit(lambda ok: results.append(("second", ok, len(log.batches))))
+    await asyncio.sleep(0.05)
+    assert results == []  # nothing is confirmed while its round's write is in progress
+    log.release.set()
+    for _ in range(500):
+        if len(results) == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert log.batches == [[first], [second, third]]
+    assert results == [("first", True, 1), ("second", True, 2)]
+    assert store.committer.rounds == 2
+    await store.close()
+
+
+# -- disk faults -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("error", "written"),
+    [(errno.ENOSPC, 0), (errno.ENOSPC, 10), (errno.ENOSPC, 300), (errno.EIO, None)],
+    ids=["enospc-nothing", "enospc-torn-header", "enospc-torn-record", "eio-at-fsync"],
+)
+async def test_a_failed_round_reports_false_and_later_rounds_survive(
+    faulty: Harness, error: int, written: int | None
+) -> None:
+    """A failed write (nothing, part or all of the batch on disk) nacks that round only:
+    later rounds are confirmed and recoverable, never hidden behind a partial record."""
+    assert faulty.log is not None
+    kept = [faulty.enqueue(Q1, body(i, 200)) for i in range(3)]
+    assert await faulty.commit() is True
+    faulty.log.fail_next_write(error, written)
+    doomed = [faulty.enqueue(Q1, body(i, 200)) for i in range(3)]
+    assert await faulty.commit() is False
+    assert faulty.file.committer.failed
+    later = [faulty.enqueue(Q2, body(i, 200)) for i in range(3)]
+    assert await faulty.commit() is True
+    assert not faulty.file.committer.failed
+    recovered = await faulty.restart()
+    # The failed batch is uncertain; everything confirmed must be there, in order.
+    ids = {m.id for messages in recovered.values() for m in messages}
+    maybe = [m for m in doomed if m.id in ids]
+    assert recovered == expected([*kept, *maybe, *later])
+
+
+async def test_when_a_failed_write_cannot_be_undone_nothing_confirmed_is_lost(
+    faulty: Harness,
+) -> None:
+    assert faulty.log is not None
+    kept = [faulty.enqueue(Q1, body(i, 200)) for i in range(3)]
+    assert await faulty.commit() is True
+    faulty.log.fail_next_write(errno.EIO, 150, undo_fails=True)
+    faulty.enqueue(Q1, body(0, 400))  # torn after 150 bytes
+    assert await faulty.commit() is False
+    # The log cannot vouch for what follows a torn record: it must refuse, not confirm.
+    refused = faulty.enqueue(Q1, b"refused")
+    assert await faulty.commit() is False
+    recovered = await faulty.restart()
+    assert recovered == expected(kept)
+    assert refused.id not in {m.id for m in recovered.get(Q1, [])}
+    later = faulty.enqueue(Q2, b"after the restart")
+    assert await faulty.commit() is True
+    assert await faulty.restart() == expected([*kept, later])
+
+
+async def test_a_waiter_that_joins_while_a_failing_round_runs_hears_false(
+    faulty: Harness,
+) -> None:
+    """after_commit promises True only once everything appended before it is on disk. A
+    message appended on one loop turn whose round starts before the waiter is registered
+    (the broker registers confirms on a later turn) must not be confirmed if that round
+    fails and the waiter's own, later round succeeds."""
+    assert faulty.log is not None
+    faulty.log.fail_next_write(errno.EIO)
+    faulty.enqueue(Q1, b"lost")
+    await asyncio.sleep(0)  # the committer's round starts, holding the message
+    assert not faulty.file.committer.idle
+    assert await faulty.commit() is False
+
+
+async def test_a_crash_tears_the_batch_and_restart_keeps_what_was_confirmed(
+    faulty: Harness,
+) -> None:
+    assert faulty.log is not None
+    confirmed = [faulty.enqueue(Q1, body(i, 100)) for i in range(5)]
+    assert await faulty.commit() is True
+    pending = [faulty.enqueue(Q1, body(i, 100)) for i in range(5, 10)]
+    faulty.store.remove(Q1, confirmed[0].id)
+    faulty.log.crash_next_write(written=sum(m.encoded_size() for m in pending) // 2)
+    assert await faulty.commit() is False
+    assert faulty.log.crashed
+    faulty.enqueue(Q2, b"after the crash")
+    assert await faulty.commit() is False  # the "dead" disk takes nothing more
+    faulty.crash()
+    recovered = faulty.reopen()
+    ids = [m.id for m in recovered[Q1]]
+    # All confirmed ones are there; the first few of the torn batch may be; the REMOVE,
+    # written after them, is lost with the torn tail.
+    assert ids[:5] == [m.id for m in confirmed]
+    assert ids[5:] == [m.id for m in pending[: len(ids) - 5]]
+    assert 0 < len(ids) - 5 < len(pending)
+    assert Q2 not in recovered

@@ -1,0 +1,260 @@
+"""The message log's record format (kanin/store/records.py): encoding, the file header, and
+scan(), which must stop at the first record that is torn, fails its checksum or is nonsense."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kanin.store import records
+from kanin.store.records import (
+    DELIVERED,
+    ENQUEUE,
+    FILE_HEADER,
+    REMOVE,
+    Record,
+    decode,
+    encode,
+    encode_simple,
+    queue_key,
+    record_size,
+    scan,
+)
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def short_text(max_bytes: int = 255) -> st.SearchStrategy[str]:
+    """Text whose UTF-8 encoding fits a u8-length field."""
+    return st.text(max_size=60).filter(lambda s: len(s.encode()) <= max_bytes)
+
+
+enqueue_records = st.builds(
+    Record,
+    type=st.just(ENQUEUE),
+    id=st.integers(1, 2**64 - 1),
+    queue=st.text(max_size=40),
+    exchange=short_text(),
+    routing_key=short_text(),
+    header=st.binary(max_size=200),
+    body=st.binary(max_size=2000),
+)
+simple_records = st.builds(
+    Record,
+    type=st.sampled_from([REMOVE, DELIVERED]),
+    id=st.integers(1, 2**64 - 1),
+    queue=st.text(max_size=40),
+)
+any_record = st.one_of(enqueue_records, simple_records)
+
+
+def sample_records() -> list[Record]:
+    q = queue_key("/", "orders")
+    return [
+        Record(ENQUEUE, 1, q, "amq.direct", "rk.1", b"\x00\x3c\x00\x00header", b"body one"),
+        Record(ENQUEUE, 2, q, "", "orders", b"", b""),
+        Record(DELIVERED, 1, q),
+        Record(ENQUEUE, 3, queue_key("vh", "q\u00e9"), "ex", "", b"h" * 300, bytes(range(256))),
+        Record(REMOVE, 2, q),
+    ]
+
+
+def log_bytes(recs: list[Record]) -> tuple[bytes, list[int]]:
+    """A segment file holding recs, and the offset of each record in it."""
+    data = bytearray(FILE_HEADER)
+    offsets = []
+    for record in recs:
+        offsets.append(len(data))
+        data += encode(record)
+    return bytes(data), offsets
+
+
+def scanned(data: bytes) -> list[Record]:
+    return [record for _, record in scan(data)]
+
+
+def framed(payload: bytes, checksum: int | None = None) -> bytes:
+    """A record frame around an arbitrary payload, with its true checksum unless given."""
+    crc = zlib.crc32(payload) if checksum is None else checksum
+    return struct.pack(">II", len(payload), crc) + payload
+
+
+# -- the file header -------------------------------------------------------------------------
+
+
+def test_file_header_is_magic_then_big_endian_version_one() -> None:
+    assert FILE_HEADER == b"KNLG\x00\x00\x00\x01"
+    assert records.MAGIC == b"KNLG"
+    assert records.VERSION == 1
+
+
+def test_scan_starts_after_the_file_header_by_default() -> None:
+    data, offsets = log_bytes(sample_records())
+    assert offsets[0] == len(FILE_HEADER) == 8
+    assert [offset for offset, _ in scan(data)] == offsets
+
+
+def test_scan_of_a_header_only_file_yields_nothing() -> None:
+    assert scanned(FILE_HEADER) == []
+
+
+# -- encoding --------------------------------------------------------------------------------
+
+
+def test_enqueue_layout_matches_the_documented_format() -> None:
+    record = Record(ENQUEUE, 0x0102030405060708, "/\x00q", "ex", "rk", b"HD", b"BODY")
+    payload = (
+        b"\x01"  # type
+        + bytes.fromhex("0102030405060708")  # u64 id
+        + b"\x00\x03/\x00q"  # u16 queue key
+        + b"\x02ex"  # u8 exchange
+        + b"\x02rk"  # u8 routing key
+        + b"\x00\x00\x00\x02HD"  # u32 header
+        + b"\x00\x00\x00\x04BODY"  # u32 body
+    )
+    assert encode(record) == struct.pack(">II", len(payload), zlib.crc32(payload)) + payload
+
+
+def test_remove_layout_matches_the_documented_format() -> None:
+    payload = b"\x02" + (7).to_bytes(8, "big") + b"\x00\x01q"
+    assert encode(Record(REMOVE, 7, "q")) == framed(payload)
+
+
+@pytest.mark.parametrize("type_", [REMOVE, DELIVERED])
+def test_encode_simple_equals_encode(type_: int) -> None:
+    for id_, queue in [(1, "q"), (2**64 - 1, queue_key("/", "caf\u00e9")), (5, "")]:
+        assert encode_simple(type_, id_, queue) == encode(Record(type_, id_, queue))
+
+
+@given(
+    type_=st.sampled_from([REMOVE, DELIVERED]),
+    id_=st.integers(0, 2**64 - 1),
+    queue=st.text(max_size=50),
+)
+@settings(max_examples=200, deadline=None)
+def test_encode_simple_round_trips(type_: int, id_: int, queue: str) -> None:
+    data = FILE_HEADER + encode_simple(type_, id_, queue)
+    assert scanned(data) == [Record(type_, id_, queue)]
+
+
+@given(record=any_record)
+@settings(max_examples=300, deadline=None)
+def test_encode_decode_round_trip(record: Record) -> None:
+    data = encode(record)
+    assert record_size(data, 0) == len(data)
+    assert decode(data[8:]) == record
+    assert scanned(FILE_HEADER + data) == [record]
+
+
+@given(recs=st.lists(any_record, max_size=12))
+@settings(max_examples=150, deadline=None)
+def test_scan_yields_every_record_with_its_offset(recs: list[Record]) -> None:
+    data, offsets = log_bytes(recs)
+    result = list(scan(data))
+    assert [record for _, record in result] == recs
+    assert [offset for offset, _ in result] == offsets
+    ends = [offset + record_size(data, offset) for offset in offsets]
+    assert ends == [*offsets[1:], len(data)][: len(recs)]
+
+
+def test_exchange_longer_than_a_shortstr_cannot_be_encoded_silently() -> None:
+    # A u8 length cannot hold 256: encoding must refuse rather than write a corrupt record.
+    with pytest.raises(struct.error):
+        encode(Record(ENQUEUE, 1, "q", "x" * 256, "", b"", b""))
+
+
+# -- scan stops at the first bad record --------------------------------------------------------
+
+
+def test_scan_stops_at_a_bad_checksum_even_if_later_records_are_valid() -> None:
+    recs = sample_records()
+    data, offsets = log_bytes(recs)
+    corrupt = bytearray(data)
+    corrupt[offsets[2] + 4] ^= 0xFF  # the checksum field of the third record
+    assert scanned(bytes(corrupt)) == recs[:2]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_a_flipped_payload_byte_ends_the_scan_at_that_record(index: int) -> None:
+    recs = sample_records()
+    data, offsets = log_bytes(recs)
+    end = offsets[index + 1] if index + 1 < len(offsets) else len(data)
+    for position in range(offsets[index] + 8, end):
+        corrupt = bytearray(data)
+        corrupt[position] ^= 0x01
+        assert scanned(bytes(corrupt)) == recs[:index], position
+
+
+def test_every_torn_tail_yields_exactly_the_whole_records_before_it() -> None:
+    recs = sample_records()
+    data, offsets = log_bytes(recs)
+    ends = [*offsets[1:], len(data)]
+    for cut in range(len(FILE_HEADER), len(data) + 1):
+        whole = sum(1 for end in ends if end <= cut)
+        assert scanned(data[:cut]) == recs[:whole], cut
+
+
+def test_scan_stops_at_a_length_beyond_the_end_of_the_data() -> None:
+    recs = sample_records()
+    data, _ = log_bytes(recs[:2])
+    bogus = struct.pack(">II", 10_000, 0) + b"x" * 50
+    assert scanned(data + bogus) == recs[:2]
+
+
+def test_scan_stops_at_a_garbage_length_over_the_limit() -> None:
+    recs = sample_records()
+    data, _ = log_bytes(recs[:1])
+    bogus = struct.pack(">II", records.MAX_RECORD_BYTES + 1, 0)
+    assert scanned(data + bogus + encode(recs[1])) == recs[:1]
+    huge = struct.pack(">II", 0xFFFFFFFF, 0xFFFFFFFF)
+    assert scanned(data + huge) == recs[:1]
+
+
+def test_scan_stops_at_zero_filled_tail() -> None:
+    # A file extended with zeros by a crash: length 0 and crc32(b"") == 0 "match".
+    recs = sample_records()
+    data, _ = log_bytes(recs)
+    assert zlib.crc32(b"") == 0
+    assert scanned(data + bytes(64)) == recs
+    assert scanned(data + bytes(64) + encode(recs[0])) == recs
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(b"\x09" + (1).to_bytes(8, "big") + b"\x00\x01q", id="unknown-type"),
+        pytest.param(b"\x02" + (1).to_bytes(8, "big") + b"\x00\x01qX", id="remove-trailing"),
+        pytest.param(b"\x02" + (1).to_bytes(8, "big"), id="short-fixed-part"),
+        pytest.param(b"\x02" + (1).to_bytes(8, "big") + b"\x00\x02\xff\xfe", id="bad-utf8"),
+        pytest.param(
+            b"\x01" + (1).to_bytes(8, "big") + b"\x00\x01q\x00\x00" + bytes(4) + b"\0\0\0\x09ab",
+            id="enqueue-body-overruns",
+        ),
+        pytest.param(
+            b"\x01" + (1).to_bytes(8, "big") + b"\x00\x01q" + b"\x00\x00" + b"\x00" * 8 + b"!",
+            id="enqueue-trailing",
+        ),
+    ],
+)
+def test_scan_stops_at_a_checksummed_but_malformed_record(payload: bytes) -> None:
+    recs = sample_records()
+    data, _ = log_bytes(recs[:2])
+    assert scanned(data + framed(payload) + encode(recs[2])) == recs[:2]
+
+
+@given(recs=st.lists(any_record, min_size=1, max_size=6), data=st.data())
+@settings(max_examples=200, deadline=None)
+def test_any_single_byte_corruption_keeps_exactly_the_records_before_it(
+    recs: list[Record], data: st.DataObject
+) -> None:
+    log, offsets = log_bytes(recs)
+    position = data.draw(st.integers(len(FILE_HEADER), len(log) - 1), label="position")
+    flip = data.draw(st.integers(1, 255), label="xor")
+    corrupt = bytearray(log)
+    corrupt[position] ^= flip
+    hit = max(i for i, offset in enumerate(offsets) if offset <= position)
+    assert scanned(bytes(corrupt)) == recs[:hit]
