@@ -85,12 +85,13 @@ def run_server(config: BrokerConfig) -> int:
 
 
 async def _serve(config: BrokerConfig) -> None:
-    server = BrokerServer(config)
-    await server.start()
+    # Handlers first: a SIGTERM during recovery or listening must still stop cleanly.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    server = BrokerServer(config)
+    await server.start()
     await stop.wait()
     logging.getLogger("kanin").info("shutting down")
     await server.stop()
