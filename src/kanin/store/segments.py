@@ -87,19 +87,23 @@ class SegmentLog:
             return self._open_fd
         if number < self._open_number:
             raise ValueError(f"segment {number} is older than the open segment {self._open_number}")
+        path = segment_path(self.directory, number)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            if os.fstat(fd).st_size == 0:
+                os.write(fd, records.FILE_HEADER)
+            # The new file's directory entry must be durable too, or a crash could lose it.
+            dir_fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError:
+            os.close(fd)
+            raise
         if self._open_fd >= 0:
             # Not closed yet: what this batch wrote to it must be fsynced first.
             self._retired.append(self._open_fd)
-        path = segment_path(self.directory, number)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        if os.fstat(fd).st_size == 0:
-            os.write(fd, records.FILE_HEADER)
-        # The new file's directory entry must be durable too, or a crash could lose it.
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
         self._open_number, self._open_fd = number, fd
         return fd
 
