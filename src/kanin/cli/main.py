@@ -41,10 +41,16 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
+    commands.add_parser("perf", help="load generator for AMQP brokers", add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["perf"]:  # kanin.perf parses its own options
+        from kanin.perf import main as perf_main
+
+        return perf_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "server":
         try:

@@ -1,0 +1,131 @@
+"""The few AMQP 0-9-1 bytes kanin perf needs, built and read by hand.
+
+Rules of this file: no sockets, no asyncio, no clocks. Slow-path methods (handshake,
+declarations) go through pamqp; the hot path (publish out, deliver/ack/nack in) is
+plain struct work on fixed offsets.
+
+Every perf message body starts with a 24-byte stamp, `>IIQQ`:
+    run id (u32) | stream id (u32) | sequence (u64, from 1) | send time (u64, ns)
+The send time is time.monotonic_ns(), which is one system-wide clock on Linux, so
+producer and consumer processes on the same machine can subtract each other's stamps.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from pamqp import frame as pamqp_frame
+
+FRAME_METHOD = 1
+FRAME_HEADER = 2
+FRAME_BODY = 3
+FRAME_HEARTBEAT = 8
+FRAME_END = 0xCE
+FRAME_OVERHEAD = 8  # type(1) channel(2) size(4) ... end(1)
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+HEARTBEAT_FRAME = b"\x08\x00\x00\x00\x00\x00\x00\xce"
+
+HEAD = struct.Struct(">BHI")
+U32 = struct.Struct(">I")
+U64 = struct.Struct(">Q")
+TAG_BITS = struct.Struct(">QB")
+STAMP = struct.Struct(">IIQQ")
+SEQ_TIME = struct.Struct(">QQ")
+STAMP_SIZE = STAMP.size  # the smallest message perf can send
+
+BASIC_DELIVER = 0x003C003C
+BASIC_ACK = 0x003C0050
+BASIC_NACK = 0x003C0078
+BASIC_PUBLISH = b"\x00\x3c\x00\x28"
+_PERSISTENT_FLAGS = 0x1000  # delivery-mode is property bit 12
+
+
+def frame(frame_type: int, channel: int, payload: bytes) -> bytes:
+    return HEAD.pack(frame_type, channel, len(payload)) + payload + b"\xce"
+
+
+def method_frame(channel: int, method: Any) -> bytes:
+    """A slow-path method (a pamqp command object) as one frame."""
+    data: bytes = pamqp_frame.marshal(method, channel)
+    return data
+
+
+def decode_method(raw_frame: bytes) -> Any:
+    """The pamqp command object in one complete method frame."""
+    _, _, value = pamqp_frame.unmarshal(raw_frame)
+    return value
+
+
+def short_string(text: str) -> bytes:
+    data = text.encode()
+    if len(data) > 255:
+        raise ValueError(f"name longer than 255 bytes: {text!r}")
+    return bytes((len(data),)) + data
+
+
+@dataclass(frozen=True)
+class PublishTemplate:
+    """One message's frames (publish + header + body) with the stamp at a known offset.
+
+    A batch of n messages is `template * n`; then only sequence and send time are
+    patched into each copy (one struct.pack_into per message).
+    """
+
+    data: bytes
+    seq_offset: int  # where the (sequence, send time) pair starts in `data`
+
+    def batch(self, first_seq: int, count: int, now_ns: int) -> bytearray:
+        size = len(self.data)
+        buffer = bytearray(self.data * count)
+        pack = SEQ_TIME.pack_into
+        offset = self.seq_offset
+        for seq in range(first_seq, first_seq + count):
+            pack(buffer, offset, seq, now_ns)
+            offset += size
+        return buffer
+
+
+def publish_template(
+    channel: int,
+    exchange: str,
+    routing_key: str,
+    run_id: int,
+    stream_id: int,
+    body_size: int,
+    persistent: bool,
+    frame_max: int,
+) -> PublishTemplate:
+    if body_size < STAMP_SIZE:
+        raise ValueError(f"message size must be at least {STAMP_SIZE} bytes")
+    method = BASIC_PUBLISH + b"\x00\x00" + short_string(exchange) + short_string(routing_key)
+    method_bytes = frame(FRAME_METHOD, channel, method + b"\x00")
+    flags = _PERSISTENT_FLAGS if persistent else 0
+    properties = b"\x02" if persistent else b""
+    header = struct.pack(">HHQH", 60, 0, body_size, flags) + properties
+    header_bytes = frame(FRAME_HEADER, channel, header)
+    body = STAMP.pack(run_id, stream_id, 0, 0) + b"\x00" * (body_size - STAMP_SIZE)
+    chunk = frame_max - FRAME_OVERHEAD if frame_max else body_size
+    bodies = b"".join(
+        frame(FRAME_BODY, channel, body[start : start + chunk])
+        for start in range(0, body_size, chunk)
+    )
+    seq_offset = len(method_bytes) + len(header_bytes) + 7 + 8
+    return PublishTemplate(method_bytes + header_bytes + bodies, seq_offset)
+
+
+def ack_frame(channel: int, delivery_tag: int, multiple: bool) -> bytes:
+    return (
+        HEAD.pack(FRAME_METHOD, channel, 13)
+        + b"\x00\x3c\x00\x50"
+        + TAG_BITS.pack(delivery_tag, 1 if multiple else 0)
+        + b"\xce"
+    )
+
+
+def deliver_tag(buffer: bytes, payload_at: int) -> int:
+    """The delivery tag of the basic.deliver whose payload starts at payload_at."""
+    tag_at = payload_at + 5 + buffer[payload_at + 4]  # method id, consumer-tag shortstr
+    tag: int = U64.unpack_from(buffer, tag_at)[0]
+    return tag
