@@ -196,7 +196,7 @@ def render(results: dict[str, Any]) -> str:
         "",
         f"One run of `python bench/durability.py` on {env.get('date', '?')}, "
         f"{results.get('run_time_s', 0):.0f} s in all. kanin {env.get('kanin_commit', '?')}"
-        f"{' (with uncommitted changes)' if env.get('kanin_tree_dirty') else ''}"
+        f"{' plus uncommitted changes' if env.get('kanin_tree_dirty') else ''}"
         f" (sources copied at the start, digest {env.get('kanin_source_digest', '?')}), "
         f"RabbitMQ {env.get('rabbitmq', '?')}, Python {env.get('python', '?')}; "
         f"{env.get('cores', '?')} cores ({env.get('cpu', '?')}), {env.get('memory_gb', '?')} GB; "
