@@ -135,15 +135,16 @@ async def test_a_segment_whose_messages_are_all_removed_is_deleted(files: Harnes
     in_first = [m for m in sent if where[m.id] == first]
     assert 1 < len(in_first) < len(sent)
     path = files.directory / f"{first:012d}.log"
-    # Removing all but one keeps the file (it is too full to be worth compacting) ...
+    # Removing half keeps the file (too full to be worth compacting) ...
     for message in in_first[: len(in_first) // 2]:
         files.store.remove(Q1, message.id)
     assert await files.commit() is True
     assert path.exists()
-    # ... and removing the rest deletes it after the next commit round.
+    # ... and removing the rest deletes it in the next commit round.
     for message in in_first[len(in_first) // 2 :]:
         files.store.remove(Q1, message.id)
-    await settle(files)
+    assert path.exists()  # not before the REMOVE records are durable
+    assert await files.commit() is True
     assert not path.exists()
     survivors = [m for m in sent if where[m.id] != first]
     assert await files.restart() == expected(survivors)
@@ -404,6 +405,25 @@ async def test_an_empty_or_headerless_newest_segment_from_a_crash(
     assert await files.restart() == expected([*sent, later])
 
 
+@pytest.mark.parametrize("leftover", [FILE_HEADER, b""], ids=["header-only", "empty"])
+async def test_a_record_less_newest_segment_is_not_reclaimed_under_new_messages(
+    files: Harness, leftover: bytes
+) -> None:
+    """A crash can leave the newest segment with a header and no whole record. Recovery
+    picks the next segment number from the records it read, i.e. that same file's number:
+    the file must then count as the active segment, never as a dead one to delete later."""
+    first = await fill_and_close(files, 1)
+    (files.directory / f"{2:012d}.log").write_bytes(leftover)
+    assert files.reopen() == expected(first)
+    later = [files.enqueue(Q1, body(i, 500)) for i in range(12)]  # segment 2, then 3 and 4
+    assert await files.commit() is True
+    files.store.remove(Q1, first[0].id)  # segment 1 dies; reclaim runs from the oldest
+    await settle(files)
+    recovered = await files.restart()
+    assert [m.id for m in recovered.get(Q1, [])] == [m.id for m in later]
+    assert recovered == expected(later)
+
+
 # -- group commit ------------------------------------------------------------------------------
 
 
@@ -519,6 +539,24 @@ async def test_a_failed_round_reports_false_and_later_rounds_survive(
     assert recovered == expected([*kept, *maybe, *later])
 
 
+@pytest.mark.parametrize("written", [0, 3, 7, 8, 9])
+async def test_a_failed_first_write_to_a_new_segment_leaves_it_usable(
+    faulty: Harness, written: int
+) -> None:
+    """The failing batch is the first in its segment: the disk takes `written` bytes of the
+    8-byte file header and what follows. Records confirmed later in that segment must not
+    sit behind a torn header (recovery moves such a file aside whole)."""
+    assert faulty.log is not None
+    faulty.log.fail_next_write(errno.ENOSPC, written)
+    faulty.enqueue(Q1, b"not confirmed")
+    assert await faulty.commit() is False
+    later = faulty.enqueue(Q1, b"confirmed")
+    assert await faulty.commit() is True
+    recovered = await faulty.restart()
+    assert [m.id for m in recovered.get(Q1, [])] == [later.id]
+    assert recovered == expected([later])
+
+
 async def test_when_a_failed_write_cannot_be_undone_nothing_confirmed_is_lost(
     faulty: Harness,
 ) -> None:
@@ -537,6 +575,20 @@ async def test_when_a_failed_write_cannot_be_undone_nothing_confirmed_is_lost(
     later = faulty.enqueue(Q2, b"after the restart")
     assert await faulty.commit() is True
     assert await faulty.restart() == expected([*kept, later])
+
+
+async def test_a_delivery_mark_lost_in_a_failed_round_is_written_again(faulty: Harness) -> None:
+    """delivered() after a round that lost the first DELIVERED record must record it again:
+    the store may skip a second mark only once the first one is known to be on disk."""
+    assert faulty.log is not None
+    message = faulty.enqueue(Q1, b"delivered twice")
+    assert await faulty.commit() is True
+    faulty.log.fail_next_write(errno.EIO)
+    faulty.store.delivered(Q1, message.id)
+    assert await faulty.commit() is False
+    faulty.store.delivered(Q1, message.id)  # delivered again, say after a requeue
+    assert await faulty.commit() is True
+    assert await faulty.restart() == expected([message], redelivered={message.id})
 
 
 async def test_a_waiter_that_joins_while_a_failing_round_runs_hears_false(

@@ -91,7 +91,7 @@ class SegmentLog:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             if os.fstat(fd).st_size == 0:
-                os.write(fd, records.FILE_HEADER)
+                self._write_header(fd)
             # The new file's directory entry must be durable too, or a crash could lose it.
             dir_fd = os.open(self.directory, os.O_RDONLY)
             try:
@@ -106,6 +106,20 @@ class SegmentLog:
             self._retired.append(self._open_fd)
         self._open_number, self._open_fd = number, fd
         return fd
+
+    def _write_header(self, fd: int) -> None:
+        """The file header, whole or not at all: a torn header would make recovery set the
+        whole file aside, with every record appended after it."""
+        view = memoryview(records.FILE_HEADER)
+        try:
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:
+                self.broken = True
+            raise
 
     def delete(self, number: int) -> None:
         if number == self._open_number:

@@ -201,7 +201,8 @@ class FileStore:
             self._committer.delete_segment(segment)
 
     def delivered(self, queue: str, message_id: int) -> None:
-        if message_id in self._where and message_id not in self._delivered:
+        # Written every time it is asked for: a mark lost in a failed round is written again.
+        if message_id in self._where:
             self._delivered.add(message_id)
             self._place(records.encode_simple(records.DELIVERED, message_id, queue))
 
@@ -252,7 +253,9 @@ class FileStore:
             if segment in self._live:
                 self._live[segment].total = total
         # Never append to a file that recovery may have cut: start a fresh segment.
-        self._active = highest_segment + 1
+        # Past every file, not just those with records: a header-only newest file (a crash
+        # or an undone first write) must not become the active segment and be reclaimed.
+        self._active = max(highest_segment, *self._segments.segment_numbers(), 0) + 1
         self._on_disk = [*self._segments.segment_numbers(), self._active]
         self._dead = {n for n in self._on_disk[:-1] if n not in self._live}
         # The newest old file stays until the new segment has records: it remembers which

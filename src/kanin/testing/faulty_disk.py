@@ -6,8 +6,9 @@ How this works:
   os.ftruncate), so the log's own error handling runs exactly as it would on a real disk:
   - `fail_next_write(errno, written)`: the disk accepts `written` more bytes (a short
     write, as a filling disk gives), then os.write raises OSError(errno). With
-    `written=None` every write succeeds and the first fsync fails instead (how EIO
-    usually shows). The log may undo the batch (ftruncate) and stays usable: the round's
+    `written=None`, or when the whole batch fits, the first fsync of a segment file fails
+    instead (how EIO usually shows; the directory's fsync after creating a segment goes
+    through). The log may undo the batch (ftruncate) and stays usable: the round's
     `after_commit` waiters get False and later rounds are written normally. With
     `undo_fails=True` the undo fails too (a disk gone bad).
   - `crash_next_write(written)`: kill -9 or a power cut in the middle of the write: only
@@ -34,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import stat
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,8 +75,9 @@ class _Fault:
     def fsync(self, real: ModuleType, fd: int) -> None:
         if self.crash and self.spent:
             raise OSError(errno.EIO, "the process is gone")
-        if not self.spent:
-            # The budget was never exhausted: the fault strikes at the first fsync.
+        if not self.spent and stat.S_ISREG(real.fstat(fd).st_mode):
+            # The writes all fitted (or there is no budget): the fault strikes at the first
+            # fsync of a file (a directory's fsync, after creating a segment, goes through).
             self.spent = True
             raise OSError(self.error if not self.crash else errno.EIO, "fsync failed")
         real.fsync(fd)
