@@ -128,11 +128,12 @@ def test_disk_alarm_blocks_publishers_with_its_reason(
         while not reasons and time.monotonic() < deadline:
             publisher.process_data_events(time_limit=0.1)
         assert reasons == ["low on disk"]
-        # Reading stopped at the publish: it waits in the socket, not yet accepted, while
-        # other connections are still served.
+        # Reading stopped at the publish. Whether its content was in the same read (accepted)
+        # or is still waiting in the socket depends on how TCP cut the bytes; either way other
+        # connections are still served.
         consumer = pika.BlockingConnection(params(broker.port))
         consumer_channel = consumer.channel()
-        assert consumer_channel.queue_declare(queue, passive=True).method.message_count == 0
+        assert consumer_channel.queue_declare(queue, passive=True).method.message_count in (0, 1)
         # Lowering the limit clears the alarm and the publisher is read again.
         monitor = broker.server.disk
         assert monitor is not None
@@ -148,5 +149,6 @@ def test_disk_alarm_blocks_publishers_with_its_reason(
         while got is None and time.monotonic() < deadline:
             got = consumer_channel.basic_get(queue, auto_ack=True)[2]
         assert got == b"first"  # nothing was lost while blocked
+        assert consumer_channel.queue_declare(queue, passive=True).method.message_count == 0
         consumer.close()
         publisher.close()
