@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
 import amqp
@@ -260,3 +260,62 @@ def assert_silent(raw: RawClient, timeout: float = 0.3) -> None:
     """Nothing arrives within the timeout."""
     with pytest.raises(TimeoutError):
         raw.read_frame(timeout)
+
+
+S = TypeVar("S", bound="AmqpSession")
+
+
+class AmqpSession:
+    """One pika connection with a confirm-mode channel that remembers what it declared, so a
+    run against a shared external broker can delete it afterwards. Test files subclass it
+    with their own publish and read helpers."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.conn: BlockingConnection = pika.BlockingConnection(pika.URLParameters(url))
+        self.ch: BlockingChannel = self.conn.channel()
+        self.ch.confirm_delivery()
+        self.queues: list[str] = []
+        self.exchanges: list[str] = []
+
+    def queue(self, name: str, arguments: dict[str, Any] | None = None) -> str:
+        self.ch.queue_declare(name, arguments=arguments)
+        self.queues.append(name)
+        return name
+
+    def exchange(self, name: str, kind: str = "direct") -> str:
+        self.ch.exchange_declare(name, kind)
+        self.exchanges.append(name)
+        return name
+
+    def bodies(self, queue: str) -> list[bytes]:
+        """basic.get (auto-ack) until the queue answers get-empty."""
+        return drain(self.ch, queue)
+
+    def count(self, queue: str) -> int:
+        return int(self.ch.queue_declare(queue, passive=True).method.message_count)
+
+    def wait_count(self, queue: str, expected: int, timeout: float = 2.0) -> None:
+        """Poll message_count: acks, rejects and requeues have no reply to wait for."""
+        deadline = time.monotonic() + timeout
+        while (count := self.count(queue)) != expected:
+            assert time.monotonic() < deadline, f"{queue} holds {count}, not {expected}"
+            time.sleep(0.01)
+
+    def close(self, cleanup: bool) -> None:
+        if cleanup:
+            with suppress(Exception):
+                channel = self.conn.channel()
+                for name in self.queues:
+                    channel.queue_delete(name)
+                for name in self.exchanges:
+                    channel.exchange_delete(name)
+        with suppress(Exception):
+            self.conn.close()
+
+
+def open_session(cls: type[S], broker: Any) -> Iterator[S]:
+    """Body of an `amqp` fixture: a session, cleaned up only on an external broker."""
+    session = cls(broker.url)
+    yield session
+    session.close(cleanup=broker.embedded is None)

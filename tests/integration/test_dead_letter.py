@@ -11,42 +11,23 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import suppress
 from datetime import datetime
 from typing import Any
 
 import aio_pika
-import pika
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.compat import long as amqp_long
 from pika.spec import Basic, BasicProperties
+
+from helpers import AmqpSession, open_session
 
 Unique = Callable[[str], str]
 Args = dict[str, Any]
 Message = tuple[Basic.GetOk, BasicProperties, bytes]
 
 
-class Amqp:
-    """A pika connection with one confirm-mode channel; remembers names to delete afterwards."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.conn: BlockingConnection = pika.BlockingConnection(pika.URLParameters(url))
-        self.ch: BlockingChannel = self.conn.channel()
-        self.ch.confirm_delivery()
-        self.queues: list[str] = []
-        self.exchanges: list[str] = []
-
-    def queue(self, name: str, arguments: Args | None = None) -> str:
-        self.ch.queue_declare(name, arguments=arguments)
-        self.queues.append(name)
-        return name
-
-    def exchange(self, name: str, kind: str = "direct") -> str:
-        self.ch.exchange_declare(name, kind)
-        self.exchanges.append(name)
-        return name
+class Amqp(AmqpSession):
+    """The shared session plus this file's own publish and read helpers."""
 
     def publish(self, routing_key: str, body: bytes, exchange: str = "", **properties: Any) -> None:
         self.ch.basic_publish(exchange, routing_key, body, BasicProperties(**properties))
@@ -67,26 +48,10 @@ class Amqp:
         assert got is not None, f"{queue} is empty"
         self.ch.basic_reject(got[0].delivery_tag, requeue=False)
 
-    def count(self, queue: str) -> int:
-        return self.ch.queue_declare(queue, passive=True).method.message_count
-
-    def close(self, cleanup: bool) -> None:
-        if cleanup:
-            with suppress(Exception):
-                channel = self.conn.channel()
-                for name in self.queues:
-                    channel.queue_delete(name)
-                for name in self.exchanges:
-                    channel.exchange_delete(name)
-        with suppress(Exception):
-            self.conn.close()
-
 
 @pytest.fixture
 def amqp(broker: Any) -> Iterator[Amqp]:
-    client = Amqp(broker.url)
-    yield client
-    client.close(cleanup=broker.embedded is None)
+    yield from open_session(Amqp, broker)
 
 
 def check_time(stamp: Any) -> None:

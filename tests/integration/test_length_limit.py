@@ -10,51 +10,28 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import suppress
 from datetime import datetime
 from typing import Any
 
 import aio_pika
 import aiormq
-import pika
 import pytest
 from pamqp import commands
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import NackError
 from pika.spec import BasicProperties
+
+from helpers import AmqpSession, open_session
 
 Unique = Callable[[str], str]
 Args = dict[str, Any]
 
 
-class Amqp:
-    """A pika connection with one confirm-mode channel; remembers names to delete afterwards."""
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.conn: BlockingConnection = pika.BlockingConnection(pika.URLParameters(url))
-        self.ch: BlockingChannel = self.conn.channel()
-        self.ch.confirm_delivery()
-        self.queues: list[str] = []
-        self.exchanges: list[str] = []
-
-    def queue(self, name: str, arguments: Args | None = None) -> str:
-        self.ch.queue_declare(name, arguments=arguments)
-        self.queues.append(name)
-        return name
+class Amqp(AmqpSession):
+    """The shared session plus this file's own publish and read helpers."""
 
     def publish(self, queue: str, *bodies: bytes, exchange: str = "", **props: Any) -> None:
         for body in bodies:
             self.ch.basic_publish(exchange, queue, body, BasicProperties(**props))
-
-    def bodies(self, queue: str) -> list[bytes]:
-        """basic.get (auto-ack) until the queue answers get-empty."""
-        got: list[bytes] = []
-        while True:
-            method, _, body = self.ch.basic_get(queue, auto_ack=True)
-            if method is None:
-                return got
-            got.append(body)
 
     def dead_letters(self, queue: str) -> list[tuple[bytes, list[tuple[str, str, int]]]]:
         """Drain queue: each body with its x-death (reason, queue, count) entries."""
@@ -67,33 +44,10 @@ class Amqp:
             entries = (props.headers or {}).get("x-death", [])
             got.append((body, [(e["reason"], e["queue"], e["count"]) for e in entries]))
 
-    def count(self, queue: str) -> int:
-        return self.ch.queue_declare(queue, passive=True).method.message_count
-
-    def wait_count(self, queue: str, expected: int, timeout: float = 2.0) -> None:
-        """Poll message_count: acks, rejects and requeues have no reply to wait for."""
-        deadline = time.monotonic() + timeout
-        while (count := self.count(queue)) != expected:
-            assert time.monotonic() < deadline, f"{queue} holds {count}, not {expected}"
-            time.sleep(0.01)
-
-    def close(self, cleanup: bool) -> None:
-        if cleanup:
-            with suppress(Exception):
-                channel = self.conn.channel()
-                for name in self.queues:
-                    channel.queue_delete(name)
-                for name in self.exchanges:
-                    channel.exchange_delete(name)
-        with suppress(Exception):
-            self.conn.close()
-
 
 @pytest.fixture
 def amqp(broker: Any) -> Iterator[Amqp]:
-    client = Amqp(broker.url)
-    yield client
-    client.close(cleanup=broker.embedded is None)
+    yield from open_session(Amqp, broker)
 
 
 def limited(dlq: str | None = None, **limits: Any) -> Args:

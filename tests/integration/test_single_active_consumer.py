@@ -15,34 +15,27 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
-from contextlib import suppress
 from typing import Any
 
 import aio_pika
-import pika
 import pytest
-from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
+from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import ChannelClosedByBroker
 from pika.spec import Basic, BasicProperties
 
+from helpers import AmqpSession, open_session
+
 Unique = Callable[[str], str]
-SAC = {"x-single-active-consumer": True}
+Args = dict[str, Any]
+SAC: Args = {"x-single-active-consumer": True}
 
 
-class Amqp:
-    """A pika connection with one confirm-mode channel; remembers queues to delete afterwards."""
+class Amqp(AmqpSession):
+    """The shared session plus this file's own publish and read helpers."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.conn: BlockingConnection = pika.BlockingConnection(pika.URLParameters(url))
-        self.ch: BlockingChannel = self.conn.channel()
-        self.ch.confirm_delivery()
-        self.queues: list[str] = []
-
-    def queue(self, name: str) -> str:
-        self.ch.queue_declare(name, arguments=SAC)
-        self.queues.append(name)
-        return name
+    def queue(self, name: str, arguments: Args | None = None) -> str:
+        """Every queue here is a single-active-consumer queue."""
+        return super().queue(name, SAC if arguments is None else arguments)
 
     def publish(self, queue: str, *bodies: str) -> None:
         for body in bodies:
@@ -56,15 +49,6 @@ class Amqp:
     def settle(self, seconds: float = 0.15) -> None:
         """Let deliveries arrive and run consumer callbacks (all channels of this connection)."""
         self.conn.sleep(seconds)
-
-    def close(self, cleanup: bool) -> None:
-        if cleanup:
-            with suppress(Exception):
-                channel = self.conn.channel()
-                for name in self.queues:
-                    channel.queue_delete(name)
-        with suppress(Exception):
-            self.conn.close()
 
 
 class Consumer:
@@ -92,9 +76,7 @@ class Consumer:
 
 @pytest.fixture
 def amqp(broker: Any) -> Iterator[Amqp]:
-    client = Amqp(broker.url)
-    yield client
-    client.close(cleanup=broker.embedded is None)
+    yield from open_session(Amqp, broker)
 
 
 def test_only_the_first_registered_consumer_receives(amqp: Amqp, unique: Unique) -> None:
