@@ -7,10 +7,15 @@ Fixtures (`conn`, `raw`) are in tests/integration/conftest.py.
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote, urlparse
 
@@ -319,3 +324,34 @@ def open_session(cls: type[S], broker: Any) -> Iterator[S]:
     session = cls(broker.url)
     yield session
     session.close(cleanup=broker.embedded is None)
+
+
+def start_kanin(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
+    """A real `kanin server` process on 127.0.0.1, port 0; returns it and its AMQP port.
+
+    stderr is read until the listening line, then drained on a thread so a chatty broker
+    never blocks on a full pipe. The caller ends the process (by its PID) when done.
+    """
+    command = [sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"]
+    process = subprocess.Popen(
+        [*command, "--data-dir", str(data_dir), *extra], stderr=subprocess.PIPE, text=True
+    )
+    assert process.stderr is not None
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        match = re.search(r"listening for AMQP on 127\.0\.0\.1 port (\d+)", line)
+        if match:
+            threading.Thread(target=_drain_stderr, args=(process,), daemon=True).start()
+            return process, int(match.group(1))
+        if not line and process.poll() is not None:
+            break
+    process.kill()
+    process.wait()
+    raise AssertionError("kanin server did not report its port")
+
+
+def _drain_stderr(process: subprocess.Popen[str]) -> None:
+    assert process.stderr is not None
+    for _ in process.stderr:
+        pass

@@ -13,30 +13,13 @@ from pathlib import Path
 import pika
 import pytest
 
+from helpers import start_kanin
+
 pytestmark = pytest.mark.kanin_only
 
 
-def start_server(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1",
-         "--data-dir", str(data_dir), *extra],
-        stderr=subprocess.PIPE, text=True,
-    )
-    assert process.stderr is not None
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        match = re.search(r"listening for AMQP on \S+ port (\d+)", line)
-        if match:
-            return process, int(match.group(1))
-        if process.poll() is not None:
-            break
-    process.kill()
-    raise AssertionError("kanin server did not report its port")
-
-
 def test_sigterm_closes_clients_with_320_and_exits_cleanly(tmp_path: Path) -> None:
-    process, port = start_server(tmp_path / "data")
+    process, port = start_kanin(tmp_path / "data")
     try:
         assert (tmp_path / "data").is_dir()
         connection = pika.BlockingConnection(pika.ConnectionParameters("127.0.0.1", port))
@@ -59,7 +42,9 @@ def test_sigterm_closes_clients_with_320_and_exits_cleanly(tmp_path: Path) -> No
 
 def test_python_dash_m_and_help(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "kanin", "server", "--help"], capture_output=True, text=True,
+        [sys.executable, "-m", "kanin", "server", "--help"],
+        capture_output=True,
+        text=True,
         timeout=30,
     )
     assert result.returncode == 0
@@ -68,12 +53,25 @@ def test_python_dash_m_and_help(tmp_path: Path) -> None:
 
 
 def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
-    first, port = start_server(tmp_path / "one")
+    first, port = start_kanin(tmp_path / "one")
     try:
         second = subprocess.run(
-            [sys.executable, "-m", "kanin", "server", "--port", str(port), "--bind", "127.0.0.1",
-             "--data-dir", str(tmp_path / "two")],
-            capture_output=True, text=True, timeout=30, env={**os.environ},
+            [
+                sys.executable,
+                "-m",
+                "kanin",
+                "server",
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--data-dir",
+                str(tmp_path / "two"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ},
         )
         assert second.returncode == 1
         assert "kanin: cannot start:" in second.stderr
@@ -85,8 +83,10 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_invalid_port_is_a_usage_error() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "kanin", "server", "--port", "70000"], capture_output=True,
-        text=True, timeout=30,
+        [sys.executable, "-m", "kanin", "server", "--port", "70000"],
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert result.returncode == 2
     assert "port must be 0..65535, got 70000" in result.stderr
@@ -96,7 +96,8 @@ def test_default_bind_listens_on_ipv4_and_ipv6(tmp_path: Path) -> None:
     # Without --bind, kanin listens on every interface of both families, as RabbitMQ does.
     process = subprocess.Popen(
         [sys.executable, "-m", "kanin", "server", "--port", "0", "--data-dir", str(tmp_path)],
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     assert process.stderr is not None
     try:

@@ -17,10 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-import re
 import signal
-import subprocess
-import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -30,6 +27,8 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 from pika.exceptions import AMQPError
+
+from helpers import start_kanin
 
 pytestmark = pytest.mark.kanin_only
 
@@ -91,32 +90,6 @@ class Ledger:
 
 
 # -- the broker process ------------------------------------------------------------------------
-
-
-def start(data_dir: Path) -> tuple[subprocess.Popen[str], int]:
-    command = [sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"]
-    process = subprocess.Popen(
-        [*command, "--data-dir", str(data_dir)], stderr=subprocess.PIPE, text=True
-    )
-    assert process.stderr is not None
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        match = re.search(r"listening for AMQP on 127\.0\.0\.1 port (\d+)", line)
-        if match:
-            threading.Thread(target=_drain, args=(process,), daemon=True).start()
-            return process, int(match.group(1))
-        if not line and process.poll() is not None:
-            break
-    process.kill()
-    process.wait()
-    raise AssertionError("kanin did not start")
-
-
-def _drain(process: subprocess.Popen[str]) -> None:
-    assert process.stderr is not None
-    for _ in process.stderr:
-        pass
 
 
 def connect(port: int) -> pika.BlockingConnection:
@@ -236,7 +209,7 @@ def test_sigkill_under_push_consumers_with_transactional_acks(tmp_path: Path) ->
     began = time.monotonic()
     ledger = Ledger()
     data_dir = tmp_path / "data"
-    process, port = start(data_dir)
+    process, port = start_kanin(data_dir)
     depths: list[int] = []
     try:
         setup = connect(port)
@@ -261,7 +234,7 @@ def test_sigkill_under_push_consumers_with_transactional_acks(tmp_path: Path) ->
                 worker.join(timeout=10)
                 assert not worker.is_alive(), "a client thread hung after the kill"
             assert not ledger.problems, f"seed {seed}, round {round_}: {ledger.problems[:5]}"
-            process, port = start(data_dir)
+            process, port = start_kanin(data_dir)
             try:
                 depths.append(check_and_settle(port, ledger))
             except AssertionError as exc:
