@@ -10,6 +10,7 @@ from typing import Any
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError
+from kanin.core.field_values import wire_type_name
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 MAX_PRIORITY = 255
@@ -36,12 +37,6 @@ class QueueArgs:
     @property
     def has_length_limit(self) -> bool:
         return self.max_length is not None or self.max_length_bytes is not None
-
-
-def _type_name(value: Any) -> str:
-    from kanin.core.vhost import wire_type_name
-
-    return wire_type_name(value)
 
 
 # The arguments RabbitMQ 3.10 validates and compares on redeclare; others are ignored.
@@ -84,7 +79,7 @@ class _Checker:
             return None
         value = self.arguments[key]
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, f'"expected integer, got {_type_name(value)}"')
+            raise self.fail(key, f'"expected integer, got {wire_type_name(value)}"')
         if value < 0:
             raise self.fail(key, f"{{value_negative,{value}}}")
         if positive and value == 0:
@@ -98,7 +93,7 @@ class _Checker:
             return None
         value = self.arguments[key]
         if not isinstance(value, str):
-            raise self.fail(key, f"{{unacceptable_type,{_type_name(value)}}}")
+            raise self.fail(key, f"{{unacceptable_type,{wire_type_name(value)}}}")
         return value
 
 
@@ -111,14 +106,15 @@ def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> Queue
     if dlx is not None and not isinstance(dlx, str):
         raise ChannelError(
             C.PRECONDITION_FAILED,
-            f"invalid type '{_type_name(dlx)}' for arg 'x-dead-letter-exchange' in {check.where}",
+            f"invalid type '{wire_type_name(dlx)}' for arg 'x-dead-letter-exchange' "
+            f"in {check.where}",
         )
     dlrk = check.string("x-dead-letter-routing-key")
     if dlrk is not None and dlx is None:
         raise check.fail("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
     sac = arguments.get("x-single-active-consumer", False)
     if not isinstance(sac, bool):
-        raise check.fail("x-single-active-consumer", f"{{unacceptable_type,{_type_name(sac)}}}")
+        raise check.fail("x-single-active-consumer", f"{{unacceptable_type,{wire_type_name(sac)}}}")
     return QueueArgs(
         message_ttl_ms=check.integer("x-message-ttl", maximum=MAX_TTL_MS),
         expires_ms=check.integer("x-expires", positive=True, maximum=MAX_TTL_MS),

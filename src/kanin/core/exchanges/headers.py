@@ -13,6 +13,7 @@ from typing import Any
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError
 from kanin.core.exchanges.base import Destination, Exchange
+from kanin.core.field_values import same_field_value, wire_type_name
 
 X_MATCH_MODES = ("all", "any", "all-with-x", "any-with-x")
 
@@ -23,8 +24,6 @@ def check_x_match(binding_args: dict[str, Any]) -> None:
     if isinstance(mode, bytes):
         mode = mode.decode("utf-8", "replace")
     if not isinstance(mode, str):
-        from kanin.core.vhost import wire_type_name
-
         raise ChannelError(
             C.PRECONDITION_FAILED,
             f"Invalid x-match field type {wire_type_name(mode)} (value {mode}); expected longstr",
@@ -37,11 +36,6 @@ def check_x_match(binding_args: dict[str, Any]) -> None:
         )
 
 
-def _same(expected: Any, actual: Any) -> bool:
-    # Field-table values match only with the same type: true is not 1, "1" is not 1.
-    return type(expected) is type(actual) and bool(expected == actual)
-
-
 def headers_match(binding_args: dict[str, Any], headers: dict[str, Any]) -> bool:
     mode = binding_args.get("x-match", "all")
     with_x = mode.endswith("-with-x") if isinstance(mode, str) else False
@@ -49,7 +43,7 @@ def headers_match(binding_args: dict[str, Any], headers: dict[str, Any]) -> bool
     for key, expected in binding_args.items():
         if key == "x-match" or (key.startswith("x-") and not with_x):
             continue
-        matched = key in headers and (expected is None or _same(expected, headers[key]))
+        matched = key in headers and (expected is None or same_field_value(expected, headers[key]))
         if want_all and not matched:
             return False
         if not want_all and matched:
