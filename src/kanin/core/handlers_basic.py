@@ -50,9 +50,7 @@ def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
     name = _queue_name(channel, method.queue)
     queue = channel.vhost.get_queue(name, channel.port)
     check_permission(channel.port, "read", "queue", name)
-    tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
-    if tag in channel.consumers or tag == channel.reply_consumer_tag:
-        raise ConnectionError_(C.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+    tag = _consumer_tag(channel, method)
     if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
         raise ChannelError(
             C.ACCESS_REFUSED, f"queue '{name}' in vhost '{channel.vhost.name}' in exclusive use"
@@ -72,14 +70,21 @@ def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
     channel.add_consumer(consumer)
 
 
+def _consumer_tag(channel: Channel, method: commands.Basic.Consume) -> str:
+    """The client's tag, or a server-made `amq.ctag-...`; reusing a tag on the channel
+    closes the connection with 530, as in RabbitMQ."""
+    tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
+    if tag in channel.consumers or tag == channel.reply_consumer_tag:
+        raise ConnectionError_(C.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+    return tag
+
+
 def _consume_reply_to(channel: Channel, method: commands.Basic.Consume) -> None:
     if not method.no_ack:
         raise ChannelError(C.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
     if channel.reply_key is not None:
         raise ChannelError(C.PRECONDITION_FAILED, "reply consumer already set")
-    tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
-    if tag in channel.consumers:
-        raise ConnectionError_(C.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
+    tag = _consumer_tag(channel, method)
     channel.reply_key = new_reply_key()
     channel.reply_consumer_tag = tag
     channel.port.broker.reply_channels[channel.reply_key] = channel

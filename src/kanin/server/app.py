@@ -88,12 +88,10 @@ class BrokerServer:
         if self.disk is not None:
             self.disk.stop()
         for server in self._servers:
-            server.close()
+            server.close()  # no new connections
         for connection in list(self.connections):
             connection.close_forced("broker shutdown")
-        for server in self._servers:
-            await server.wait_closed() if not self.connections else None
-        # Give peers a moment to answer close-ok; connections abort themselves after that.
+        # Give peers a moment to answer close-ok, then drop whoever has not.
         for _ in range(50):
             if not self.connections:
                 break
@@ -101,6 +99,8 @@ class BrokerServer:
         for connection in list(self.connections):
             if connection.transport is not None:
                 connection.transport.abort()
+        for server in self._servers:
+            await server.wait_closed()
         self._servers.clear()
         if self.store is not None:
             await self.store.close()
