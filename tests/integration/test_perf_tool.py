@@ -92,6 +92,18 @@ def test_rate_limit_is_kept(broker: Endpoint, unique: Unique) -> None:
     assert 150 <= summary["published"] <= 230
 
 
+def test_sixteen_byte_messages_carry_the_short_stamp(broker: Endpoint, unique: Unique) -> None:
+    code, summary, stderr = perf(
+        "--uri", broker.url, "--queue-prefix", unique("perf-e"), "--delete-queues",
+        "--count", "500", "-x", "2", "--producer-channels", "2", "-s", "16",
+        "--confirm", "window:100", "--ack", "manual", "--multi-ack-every", "7",
+    )
+    assert code == 0, stderr
+    assert_clean(summary, confirms=True)
+    assert summary["published"] == 2000  # four streams, each told apart by the short stamp
+    assert summary["latency_us"]["end_to_end"]["count"] == 2000
+
+
 def test_self_test_against_the_sink() -> None:
     code, summary, stderr = perf("--self-test", "--duration", "1", "--confirm", "window:500")
     assert code == 0, stderr

@@ -33,7 +33,9 @@ class Consumer(ChannelHandler):
         super().__init__(conn, number)
         self.queue = queue
         self.options = options
-        self.run_id = run_id
+        layout = wire.stamp_for(options.size)
+        self.stamp = layout.whole
+        self.run_id = run_id & layout.run_mask  # as the stamp carries it
         self.counters = counters
         self.receipts = receipts
         self.latency = latency
@@ -60,8 +62,9 @@ class Consumer(ChannelHandler):
         if not self.awaiting_body:
             return  # a later body frame of a message larger than frame_max
         self.awaiting_body = False
-        if at + wire.STAMP_SIZE <= len(buffer):
-            run_id, stream, seq, sent_ns = wire.STAMP.unpack_from(buffer, at)
+        stamp = self.stamp
+        if at + stamp.size <= len(buffer):
+            run_id, stream, seq, sent_ns = stamp.unpack_from(buffer, at)
         else:  # a body too short to be perf's, at the very end of what was read
             run_id = stream = seq = sent_ns = 0
         now = time.monotonic_ns()

@@ -6,6 +6,8 @@ plain struct work on fixed offsets.
 
 Every perf message body starts with a 24-byte stamp, `>IIQQ`:
     run id (u32) | stream id (u32) | sequence (u64, from 1) | send time (u64, ns)
+Bodies of 16 to 23 bytes (benchmarks ask for 16-byte messages) carry a short stamp,
+`>HHIQ`: the run id's low 16 bits | stream id (u16) | sequence (u32) | send time (u64).
 The send time is time.monotonic_ns(), which is one system-wide clock on Linux, so
 producer and consumer processes on the same machine can subtract each other's stamps.
 """
@@ -31,15 +33,33 @@ HEAD = struct.Struct(">BHI")
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
 TAG_BITS = struct.Struct(">QB")
-STAMP = struct.Struct(">IIQQ")
-SEQ_TIME = struct.Struct(">QQ")
-STAMP_SIZE = STAMP.size  # the smallest message perf can send
 
 BASIC_DELIVER = 0x003C003C
 BASIC_ACK = 0x003C0050
 BASIC_NACK = 0x003C0078
 BASIC_PUBLISH = b"\x00\x3c\x00\x28"
 _PERSISTENT_FLAGS = 0x1000  # delivery-mode is property bit 12
+
+
+@dataclass(frozen=True)
+class StampLayout:
+    """Where perf's stamp fields sit at the start of a body."""
+
+    whole: struct.Struct  # run id, stream id, sequence, send time
+    seq_time: struct.Struct  # sequence, send time: patched into each copy of a template
+    seq_at: int  # where seq_time starts inside the stamp
+    run_mask: int  # the bits of the run id that the stamp carries
+    max_stream: int  # the largest stream id it can carry
+
+
+FULL_STAMP = StampLayout(struct.Struct(">IIQQ"), struct.Struct(">QQ"), 8, 0xFFFFFFFF, 2**32 - 1)
+SHORT_STAMP = StampLayout(struct.Struct(">HHIQ"), struct.Struct(">IQ"), 4, 0xFFFF, 2**16 - 1)
+STAMP_SIZE = SHORT_STAMP.whole.size  # the smallest message perf can send
+
+
+def stamp_for(body_size: int) -> StampLayout:
+    """The full stamp when it fits, else the short one (same for producer and consumer)."""
+    return FULL_STAMP if body_size >= FULL_STAMP.whole.size else SHORT_STAMP
 
 
 def frame(frame_type: int, channel: int, payload: bytes) -> bytes:
@@ -75,11 +95,12 @@ class PublishTemplate:
 
     data: bytes
     seq_offset: int  # where the (sequence, send time) pair starts in `data`
+    seq_time: struct.Struct = FULL_STAMP.seq_time
 
     def batch(self, first_seq: int, count: int, now_ns: int) -> bytearray:
         size = len(self.data)
         buffer = bytearray(self.data * count)
-        pack = SEQ_TIME.pack_into
+        pack = self.seq_time.pack_into
         offset = self.seq_offset
         for seq in range(first_seq, first_seq + count):
             pack(buffer, offset, seq, now_ns)
@@ -99,20 +120,24 @@ def publish_template(
 ) -> PublishTemplate:
     if body_size < STAMP_SIZE:
         raise ValueError(f"message size must be at least {STAMP_SIZE} bytes")
+    stamp = stamp_for(body_size)
+    if stream_id > stamp.max_stream:
+        raise ValueError(f"{body_size}-byte messages allow {stamp.max_stream + 1} streams")
     method = BASIC_PUBLISH + b"\x00\x00" + short_string(exchange) + short_string(routing_key)
     method_bytes = frame(FRAME_METHOD, channel, method + b"\x00")
     flags = _PERSISTENT_FLAGS if persistent else 0
     properties = b"\x02" if persistent else b""
     header = struct.pack(">HHQH", 60, 0, body_size, flags) + properties
     header_bytes = frame(FRAME_HEADER, channel, header)
-    body = STAMP.pack(run_id, stream_id, 0, 0) + b"\x00" * (body_size - STAMP_SIZE)
+    body = stamp.whole.pack(run_id & stamp.run_mask, stream_id, 0, 0)
+    body += b"\x00" * (body_size - len(body))
     chunk = frame_max - FRAME_OVERHEAD if frame_max else body_size
     bodies = b"".join(
         frame(FRAME_BODY, channel, body[start : start + chunk])
         for start in range(0, body_size, chunk)
     )
-    seq_offset = len(method_bytes) + len(header_bytes) + 7 + 8
-    return PublishTemplate(method_bytes + header_bytes + bodies, seq_offset)
+    seq_offset = len(method_bytes) + len(header_bytes) + 7 + stamp.seq_at
+    return PublishTemplate(method_bytes + header_bytes + bodies, seq_offset, stamp.seq_time)
 
 
 def ack_frame(channel: int, delivery_tag: int, multiple: bool) -> bytes:
