@@ -70,11 +70,14 @@ def environment(work: Path) -> dict[str, Any]:
     }
 
 
-def point_args(queues: int, prefix: str, args: argparse.Namespace) -> list[str]:
+def point_args(
+    queues: int, prefix: str, args: argparse.Namespace, exchange: str = EXCHANGE
+) -> list[str]:
+    """kanin perf's arguments for one (a) point; bench/compare.py's (e) uses them too."""
     return [
         "-x", str(2 * queues), "--producer-channels", "2",
         "-y", str(3 * queues), "--consumer-channels", "3",
-        "--queues", str(queues), "--queue-prefix", prefix, "--exchange", EXCHANGE,
+        "--queues", str(queues), "--queue-prefix", prefix, "--exchange", exchange,
         "--durable", "--persistent", "-s", "1500",
         "--confirm", f"window:{args.window}", "--ack", "manual", "--prefetch", str(args.prefetch),
         "--duration", str(args.duration), "--delete-queues",
@@ -133,15 +136,8 @@ def throughput(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
         for queues in [int(q) for q in args.queues.split(",")]:
             for broker in order:
                 points.append(throughput_point(broker, queues, rep, args, work))
-    _delete_exchange(args.rabbitmq_uri)
+    harness.delete_exchange(args.rabbitmq_uri, EXCHANGE)
     return points
-
-
-def _delete_exchange(uri: str) -> None:
-    import pika
-
-    with pika.BlockingConnection(pika.URLParameters(uri)) as connection:
-        connection.channel().exchange_delete(EXCHANGE)
 
 
 def publish_args(prefix: str, messages: int, size: int) -> list[str]:

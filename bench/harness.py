@@ -75,6 +75,29 @@ def run_perf(uri: str, args: list[str], timeout_s: float = 900.0) -> PerfRun:
     return PerfRun(command, summary, wall_s)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU a process (all its threads) has used: /proc/PID/stat utime + stime."""
+    ticks, _, _ = _stat_entry(Path(f"/proc/{pid}/stat").read_text())
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def delete_exchange(uri: str, name: str) -> None:
+    import pika
+
+    with pika.BlockingConnection(pika.URLParameters(uri)) as connection:
+        connection.channel().exchange_delete(name)
+
+
+def delete_queues(uri: str, names: list[str]) -> None:
+    """Delete queues; RabbitMQ answers delete-ok for one that is already gone."""
+    import pika
+
+    with pika.BlockingConnection(pika.URLParameters(uri)) as connection:
+        channel = connection.channel()
+        for name in names:
+            channel.queue_delete(name)
+
+
 def rss_kb(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -228,6 +251,45 @@ def rabbitmqctl(*args: str, timeout_s: float = 600.0) -> tuple[float, str]:
     return time.monotonic() - started, result.stdout
 
 
+def rabbitmq_running() -> bool:
+    try:
+        rabbitmqctl("status", timeout_s=60.0)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        return False
+    return True
+
+
+def ensure_rabbitmq() -> bool:
+    """Start the local RabbitMQ unless it runs; True if this call started it.
+
+    It inherits this process's open-files limit: raise_fd_limit() first, or RabbitMQ
+    caps its sockets near 1,024 and stalls the handshakes of later connections.
+    """
+    if rabbitmq_running():
+        return False
+    subprocess.run(["rabbitmq-server", "-detached"], check=True, timeout=60)
+    rabbitmqctl("await_startup", timeout_s=300.0)
+    return True
+
+
+def raise_fd_limit() -> int:
+    """Lift this process's soft open-files limit to the hard one (children inherit it)."""
+    import resource
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
+
+
+def rabbitmq_sockets() -> tuple[int, int]:
+    """(sockets in use, socket limit) from rabbitmqctl status."""
+    _, status = rabbitmqctl("status")
+    match = re.search(r"Sockets: (\d+), limit: (\d+)", status)
+    if match is None:
+        raise RuntimeError("no socket limit in rabbitmqctl status")
+    return int(match.group(1)), int(match.group(2))
+
+
 def rabbitmq_pid() -> int:
     _, status = rabbitmqctl("status")
     match = re.search(r"OS PID: (\d+)", status)
@@ -321,13 +383,17 @@ def _cpu_ticks() -> dict[int, tuple[int, int, str]]:
         if not entry.name.isdigit():
             continue
         try:
-            raw = (entry / "stat").read_text()
+            table[int(entry.name)] = _stat_entry((entry / "stat").read_text())
         except OSError:
             continue
-        name = raw[raw.index("(") + 1 : raw.rindex(")")]
-        fields = raw[raw.rindex(")") + 2 :].split()
-        table[int(entry.name)] = (int(fields[11]) + int(fields[12]), int(fields[1]), name)
     return table
+
+
+def _stat_entry(raw: str) -> tuple[int, int, str]:
+    """(user + system ticks, parent pid, command name) from one /proc/PID/stat line."""
+    name = raw[raw.index("(") + 1 : raw.rindex(")")]
+    fields = raw[raw.rindex(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12]), int(fields[1]), name
 
 
 def _descendants(root: int, table: dict[int, tuple[int, int, str]]) -> set[int]:

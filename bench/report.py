@@ -6,14 +6,14 @@ import statistics
 from typing import Any
 
 
-def _median(values: list[float]) -> float:
+def median(values: list[float]) -> float:
     return statistics.median(values) if values else 0.0
 
 
-def _rate_cell(values: list[float]) -> str:
+def rate_cell(values: list[float]) -> str:
     if not values:
         return "-"
-    text = f"{_median(values):,.0f}"
+    text = f"{median(values):,.0f}"
     if len(values) > 1:
         text += f" ({min(values):,.0f}-{max(values):,.0f})"
     return text
@@ -21,10 +21,10 @@ def _rate_cell(values: list[float]) -> str:
 
 def _load(points: list[dict[str, Any]]) -> str:
     values = [p["foreign_cpu_percent"] for p in points if p.get("foreign_cpu_percent") is not None]
-    return f"{_median(values):.0f}" if values else "-"
+    return f"{median(values):.0f}" if values else "-"
 
 
-def _mib(kb: int | None) -> str:
+def mib(kb: int | None) -> str:
     return "-" if kb is None else f"{kb / 1024:,.0f} MiB"
 
 
@@ -33,8 +33,14 @@ def _seconds(value: float | None) -> str:
 
 
 def _problems(point: dict[str, Any]) -> list[str]:
-    s = point["summary"]
     label = f"{point['broker']} {point['queues']}q r{point['rep']}"
+    found = summary_problems(point["summary"], label)
+    found += [f"{label}: kanin log: {line}" for line in point.get("kanin_errors", [])[:1]]
+    return found
+
+
+def summary_problems(s: dict[str, Any], label: str) -> list[str]:
+    """What a `kanin perf --json` result says went wrong: failed checks, nacks, loss..."""
     found = []
     if not s.get("ok"):
         found.append(f"{label}: checks failed")
@@ -45,7 +51,6 @@ def _problems(point: dict[str, Any]) -> list[str]:
     if s.get("duplicates"):
         found.append(f"{label}: {s['duplicates']:,} duplicates")
     found += [f"{label}: {error}" for error in s.get("errors", [])[:2]]
-    found += [f"{label}: kanin log: {line}" for line in point.get("kanin_errors", [])[:1]]
     if s.get("saturated_processes"):
         found.append(f"{label}: a perf process ran at >= 90% CPU")
     return found
@@ -92,21 +97,21 @@ def throughput_tables(points: list[dict[str, Any]]) -> list[str]:
                 for p in by[b]
                 if "latency_us" in p["summary"]
             ]
-            lat[b] = f"{_median(p50) / 1000:.0f} / {_median(p99) / 1000:.0f}" if p50 else "-"
-        rabbit = _median(pub["rabbitmq"])
-        ratio = f"{_median(pub['kanin']) / rabbit:.2f}x" if rabbit else "-"
+            lat[b] = f"{median(p50) / 1000:.0f} / {median(p99) / 1000:.0f}" if p50 else "-"
+        rabbit = median(pub["rabbitmq"])
+        ratio = f"{median(pub['kanin']) / rabbit:.2f}x" if rabbit else "-"
         lines.append(
-            f"| {q} | {2 * q} x 2 | {3 * q} x 3 | {_rate_cell(pub['kanin'])} "
-            f"| {_rate_cell(pub['rabbitmq'])} | {ratio} | {_rate_cell(con['kanin'])} "
-            f"| {_rate_cell(con['rabbitmq'])} | {lat['kanin']} | {lat['rabbitmq']} "
+            f"| {q} | {2 * q} x 2 | {3 * q} x 3 | {rate_cell(pub['kanin'])} "
+            f"| {rate_cell(pub['rabbitmq'])} | {ratio} | {rate_cell(con['kanin'])} "
+            f"| {rate_cell(con['rabbitmq'])} | {lat['kanin']} | {lat['rabbitmq']} "
             f"| {_load(by['kanin'])} / {_load(by['rabbitmq'])} |"
         )
         windows = [p["fsync"] for p in by["kanin"] if p.get("fsync")]
         if windows:
             fsync_lines.append(
-                f"| {q} | {_median([w['fsyncs_per_s'] for w in windows]):,.0f} "
-                f"| {_median([w['records_per_fsync'] for w in windows]):,.0f} "
-                f"| {_median([w.get('messages_per_fsync', 0.0) for w in windows]):,.0f} |"
+                f"| {q} | {median([w['fsyncs_per_s'] for w in windows]):,.0f} "
+                f"| {median([w['records_per_fsync'] for w in windows]):,.0f} "
+                f"| {median([w.get('messages_per_fsync', 0.0) for w in windows]):,.0f} |"
             )
     return [
         "### (a) Throughput, seed 003's experiment",
@@ -143,7 +148,7 @@ def startup_table(rows: list[dict[str, Any]]) -> list[str]:
             f"| {_seconds(r.get('listening_s' if kanin else 'start_app_s'))} "
             f"| {_seconds(r.get('all_visible_s'))} | {_seconds(r.get('empty_listening_s'))} "
             f"| {r.get('recovered', 0):,} "
-            f"| {_mib(r.get('rss_after_recovery_kb'))} |"
+            f"| {mib(r.get('rss_after_recovery_kb'))} |"
         )
     return [*lines, ""]
 
@@ -161,8 +166,8 @@ def memory_table(rows: list[dict[str, Any]]) -> list[str]:
             continue
         per = r.get("rss_bytes_per_message")
         lines.append(
-            f"| {r['broker']} | {r.get('queued', 0):,} | {_mib(r.get('rss_before_kb'))} "
-            f"| {_mib(r.get('rss_after_kb'))} | {'-' if per is None else f'{per:,.0f}'} |"
+            f"| {r['broker']} | {r.get('queued', 0):,} | {mib(r.get('rss_before_kb'))} "
+            f"| {mib(r.get('rss_after_kb'))} | {'-' if per is None else f'{per:,.0f}'} |"
         )
     return [*lines, ""]
 
@@ -189,12 +194,11 @@ def commands(results: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render(results: dict[str, Any]) -> str:
+def run_line(results: dict[str, Any], script: str) -> str:
+    """The paragraph that says which run, code version and machine the figures come from."""
     env = results.get("environment", {})
-    lines = [
-        "# Durability benchmark: kanin and RabbitMQ",
-        "",
-        f"One run of `python bench/durability.py` on {env.get('date', '?')}, "
+    return (
+        f"One run of `python bench/{script}.py` on {env.get('date', '?')}, "
         f"{results.get('run_time_s', 0):.0f} s in all. kanin {env.get('kanin_commit', '?')}"
         f"{' plus uncommitted changes' if env.get('kanin_tree_dirty') else ''}"
         f" (sources copied at the start, digest {env.get('kanin_source_digest', '?')}), "
@@ -202,9 +206,12 @@ def render(results: dict[str, Any]) -> str:
         f"{env.get('cores', '?')} cores ({env.get('cpu', '?')}), {env.get('memory_gb', '?')} GB; "
         f"one 4 KB append + fsync takes {env.get('fsync_4k_median_ms', '?')} ms (median) on "
         "this disk. Brokers, load generator and consumers share the same cores. "
-        "What each figure means: bench/README.md. Raw numbers: durability.json.",
-        "",
-    ]
+        f"What each figure means: bench/README.md. Raw numbers: {script}.json."
+    )
+
+
+def render(results: dict[str, Any]) -> str:
+    lines = ["# Durability benchmark: kanin and RabbitMQ", "", run_line(results, "durability"), ""]
     settings = results.get("settings", {})
     if results.get("throughput"):
         lines.append(
