@@ -11,7 +11,7 @@ from kanin.core.alarms import Alarms
 from kanin.core.auth import Permission, UserStore
 from kanin.core.memory import MemoryMonitor
 from kanin.core.queue import Queue
-from kanin.core.scheduling import Scheduler
+from kanin.core.scheduling import Scheduler, Soon
 from kanin.core.vhost import VirtualHost
 
 if TYPE_CHECKING:
@@ -26,7 +26,10 @@ class Broker:
         self, config: BrokerConfig, scheduler: Scheduler, store: MessageStore | None = None
     ) -> None:
         self.config = config
-        self.scheduler = scheduler
+        # Queue dispatches and connection writes go through Soon, so a connection can run
+        # them right after its frames (see Soon); timers and the clock are the loop's.
+        self.soon = Soon(scheduler)
+        self.scheduler: Scheduler = self.soon
         self.store = store
         # Set by the server when the broker keeps its definitions on disk.
         self.on_definitions_changed: Callable[[], None] | None = None

@@ -5,8 +5,12 @@ asyncio's loop satisfies it; tests may pass a fake that runs callbacks by hand.
 
 from __future__ import annotations
 
+import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
 
 
 class Cancellable(Protocol):
@@ -19,3 +23,46 @@ class Scheduler(Protocol):
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Cancellable: ...
 
     def time(self) -> float: ...
+
+
+class Soon:
+    """A scheduler whose call_soon work can also be run early, by `run_pending`.
+
+    Work queued here runs in order, at the latest on the next loop turn. A connection
+    calls `run_pending` after each slice of frames it acts on, so the delivery an ack
+    makes room for, and the write that carries it, happen in that same turn rather than
+    one and two turns later: with a busy publisher every turn is long, and those turns
+    were what limited a consumer's rate. Timers and the clock are the wrapped ones.
+    """
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+        self._pending: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._scheduled = False
+
+    def call_soon(self, callback: Callable[..., Any], *args: Any) -> None:
+        self._pending.append((callback, args))
+        if not self._scheduled:
+            self._scheduled = True
+            self._scheduler.call_soon(self._on_turn)
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Cancellable:
+        return self._scheduler.call_later(delay, callback, *args)
+
+    def time(self) -> float:
+        return self._scheduler.time()
+
+    def _on_turn(self) -> None:
+        self._scheduled = False
+        self.run_pending()
+
+    def run_pending(self) -> None:
+        """Run everything queued, including what it queues. One failure is logged and
+        does not stop the rest, as with the event loop's own callbacks."""
+        pending = self._pending
+        while pending:
+            callback, args = pending.popleft()
+            try:
+                callback(*args)
+            except Exception:
+                log.exception("error in deferred callback %r", callback)

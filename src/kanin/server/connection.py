@@ -41,6 +41,10 @@ log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 3.0
 WRITE_BUFFER_HIGH = 4 * 1024 * 1024
 WRITE_BUFFER_LOW = 1 * 1024 * 1024
+# Fairness between connections: frames one connection may act on per event-loop turn
+# (about 85 small publishes), and how much it may have read ahead before we stop reading.
+FRAMES_PER_TURN = 256
+BACKLOG_PAUSE_BYTES = 256 * 1024
 
 
 class State(enum.Enum):
@@ -58,6 +62,7 @@ class AMQPConnection(asyncio.Protocol):
         self.broker = broker
         self.config = broker.config
         self.loop = asyncio.get_running_loop()
+        self._soon = broker.soon  # writes, like dispatches, may run right after our frames
         self._registry = broker.connections
         self.state = State.HEADER
         self.transport: asyncio.Transport | None = None
@@ -84,6 +89,9 @@ class AMQPConnection(asyncio.Protocol):
         self._heartbeat: Heartbeat | None = None
         self.is_publisher = False  # has sent basic.publish: subject to flow control
         self.blocked = False  # reading paused by a resource alarm
+        self._backlogged = False  # reading paused: too much read but not yet parsed
+        self._reading = True
+        self._more_scheduled = False
         self.exclusive_queues: set[Queue] = set()  # deleted when this connection closes
 
     # -- asyncio.Protocol ------------------------------------------------------------
@@ -101,14 +109,32 @@ class AMQPConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._bytes_in += len(data)
+        if self.state is State.HEADER:
+            data = self._read_protocol_header(data)
+            if not data:
+                return
+        if self._more_scheduled:  # a backlog is already being worked through, turn by turn
+            self.reader.append(data)
+            self._backlogged = self.reader.buffered > BACKLOG_PAUSE_BYTES
+            self._update_reading()
+            return
+        self._read_frames(data)
+
+    def _read_frames(self, data: bytes = b"") -> None:
+        """Act on up to FRAMES_PER_TURN buffered frames, then give other connections a turn.
+
+        Without the cap, one publisher's 256 KB read (thousands of publishes) would run
+        before a consumer's ack is even read, and consumers would starve while the queue
+        grew. What is left waits in the reader for the next loop turn; while more than
+        BACKLOG_PAUSE_BYTES wait, the socket is not read, so TCP pushes back.
+        """
+        self._more_scheduled = False
+        if self.closed:  # this was a continuation, and the peer went away meanwhile
+            return
         try:
-            if self.state is State.HEADER:
-                data = self._read_protocol_header(data)
-                if not data:
-                    return
-            for frame in self.reader.frames(data):
+            for frame in self.reader.frames(data, FRAMES_PER_TURN):
                 self._on_frame(frame)
-                if self.state is State.CLOSED:
+                if self.closed:
                     return
             alarms = self.broker.alarms
             if self.is_publisher and alarms.blocked and not self.blocked:
@@ -116,17 +142,40 @@ class AMQPConnection(asyncio.Protocol):
         except handshake.SilentClose as exc:
             log.warning("closing connection from %s during handshake: %s", self.peer, exc)
             self._drop()
+            return
         except ConnectionError_ as exc:
             self.fail(exc)
+            return
         except AMQPError as exc:  # a channel-level code raised where no channel applies
             self.fail(
                 ConnectionError_(
                     exc.reply_code, exc.reply_text.split(" - ", 1)[-1], exc.class_id, exc.method_id
                 )
             )
+            return
         except Exception:
             log.exception("internal error on connection from %s", self.peer)
             self.fail(ConnectionError_(C.INTERNAL_ERROR, "internal error"))
+            return
+        self._soon.run_pending()
+        backlog = self.reader.buffered
+        if backlog >= C.FRAME_HEADER_SIZE and not self._more_scheduled:
+            self._more_scheduled = True
+            self.loop.call_soon(self._read_frames)
+        self._backlogged = backlog > BACKLOG_PAUSE_BYTES
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        """Read the socket unless an alarm blocks us or a backlog is still unparsed."""
+        if self.transport is None or self.state is State.CLOSED:
+            return
+        want = not (self.blocked or self._backlogged)
+        if want != self._reading:
+            self._reading = want
+            if want:
+                self.transport.resume_reading()
+            else:
+                self.transport.pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state = State.CLOSED
@@ -158,10 +207,7 @@ class AMQPConnection(asyncio.Protocol):
                 else build(commands.Connection.Unblocked)
             )
             self.send(encode_method(0, method))
-        if alarm:
-            self.transport.pause_reading()
-        else:
-            self.transport.resume_reading()
+        self._update_reading()
 
     def pause_writing(self) -> None:
         self._writable = False
@@ -175,6 +221,10 @@ class AMQPConnection(asyncio.Protocol):
     # -- ConnectionPort ---------------------------------------------------------------
 
     @property
+    def closed(self) -> bool:
+        return self.state is State.CLOSED
+
+    @property
     def writable(self) -> bool:
         return self._writable
 
@@ -184,7 +234,7 @@ class AMQPConnection(asyncio.Protocol):
         self._out.append(data)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
+            self._soon.call_soon(self._flush)
 
     def send_parts(self, parts: list[bytes]) -> None:
         if self.state is State.CLOSED:
@@ -192,13 +242,13 @@ class AMQPConnection(asyncio.Protocol):
         self._out.extend(parts)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
+            self._soon.call_soon(self._flush)
 
     def request_flush(self, channel: Channel) -> None:
         self._dirty_channels[channel.id] = channel
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
+            self._soon.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
