@@ -18,12 +18,10 @@ import struct
 from collections.abc import Iterator
 from typing import Any
 
-from pamqp import commands
-from pamqp import header as pamqp_header
-
 from kanin.amqp import constants as C
 from kanin.amqp import methods
 from kanin.amqp.errors import AMQPError, ConnectionError_
+from kanin.amqp.properties import decode_properties as decode_properties
 
 _FRAME_HEAD = struct.Struct(">BHI")
 _HEADER_FIXED = struct.Struct(">HHQ")
@@ -94,18 +92,29 @@ class FrameReader:
         """Every frame `data` completes, as a list (an error loses the frames before it)."""
         return list(self.frames(data))
 
-    def frames(self, data: bytes) -> Iterator[Frame]:
-        """Every frame `data` completes, one at a time.
+    @property
+    def buffered(self) -> int:
+        """Bytes read but not yet parsed into frames."""
+        return len(self._buffer)
+
+    def append(self, data: bytes) -> None:
+        """Buffer `data` to be parsed by a later `frames` call."""
+        self._buffer += data
+
+    def frames(self, data: bytes = b"", limit: int = 0) -> Iterator[Frame]:
+        """The frames `data` completes, one at a time; at most `limit` of them (0 = all).
 
         The caller acts on each frame before the next is parsed, so the frames that
         precede a malformed one in the same read still take effect, as in RabbitMQ.
+        Frames left over by `limit` stay buffered for the next call.
         """
         buffer = self._buffer
         buffer += data
         offset = 0
         end = len(buffer)
+        remaining = limit or -1
         try:
-            while end - offset >= C.FRAME_HEADER_SIZE:
+            while remaining and end - offset >= C.FRAME_HEADER_SIZE:
                 frame_type, channel, size = _FRAME_HEAD.unpack_from(buffer, offset)
                 # Checked from the header alone, so a huge announced size is refused at once.
                 # As in RabbitMQ, a payload of up to frame_max is tolerated inbound.
@@ -125,6 +134,7 @@ class FrameReader:
                     )
                 frame = decode_frame(frame_type, channel, payload)
                 offset = frame_end + 1
+                remaining -= 1
                 yield frame
         finally:
             if offset:
@@ -168,13 +178,3 @@ def decode_header(channel: int, payload: bytes) -> HeaderFrame:
         raise frame_error("content header frame too short")
     class_id, _weight, body_size = _HEADER_FIXED.unpack_from(payload)
     return HeaderFrame(channel, class_id, body_size, payload)
-
-
-def decode_properties(header_payload: bytes) -> commands.Basic.Properties:
-    """Decode the basic properties of a content header payload (slow path)."""
-    content_header = pamqp_header.ContentHeader()
-    try:
-        content_header.unmarshal(header_payload)
-    except Exception as exc:  # pamqp raises several kinds on bad input
-        raise ConnectionError_(C.SYNTAX_ERROR, f"invalid content header: {exc}") from exc
-    return content_header.properties

@@ -31,15 +31,29 @@ def check_password(password: str, password_hash: str) -> bool:
     return hmac.compare_digest(hash_password(password, salt).encode(), password_hash.encode())
 
 
-@dataclass
+@dataclass(frozen=True)
 class Permission:
     configure: str = ".*"
     write: str = ".*"
     read: str = ".*"
+    # Answers so far: every publish checks write access to its exchange, and a regex
+    # match per publish showed in profiles. Frozen, so answers never go stale.
+    _answers: dict[tuple[str, str], bool] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def allows(self, kind: str, name: str) -> bool:
-        pattern: str = getattr(self, kind)
-        return pattern != "" and _compiled(pattern).match(name) is not None
+        answer = self._answers.get((kind, name))
+        if answer is None:
+            if len(self._answers) >= _MAX_ANSWERS:
+                self._answers.clear()
+            pattern: str = getattr(self, kind)
+            answer = pattern != "" and _compiled(pattern).match(name) is not None
+            self._answers[(kind, name)] = answer
+        return answer
+
+
+_MAX_ANSWERS = 10_000
 
 
 _PATTERNS: dict[str, re.Pattern[str]] = {}

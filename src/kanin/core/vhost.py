@@ -388,6 +388,12 @@ class VirtualHost:
 
     def route(self, exchange: Exchange, routing_key: str, headers: dict[str, Any]) -> list[Queue]:
         """Every queue a message reaches, each once, following e2e bindings and AEs."""
+        first = list(exchange.route(routing_key, headers))
+        direct = [destination for destination in first if isinstance(destination, Queue)]
+        if direct and len(direct) == len(first):
+            # The usual case, on every publish: only queues (no e2e bindings, no AE).
+            # A queue bound twice (say, by two keys to a fanout) is listed twice.
+            return direct if len(direct) == 1 else list({id(q): q for q in direct}.values())
         queues: dict[int, Queue] = {}
         visited: set[int] = set()
         pending: list[Exchange] = [exchange]
@@ -396,7 +402,7 @@ class VirtualHost:
             if id(current) in visited:
                 continue
             visited.add(id(current))
-            destinations = current.route(routing_key, headers)
+            destinations = first if current is exchange else current.route(routing_key, headers)
             routed = False
             for destination in destinations:
                 routed = True
