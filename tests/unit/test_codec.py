@@ -195,6 +195,24 @@ def test_any_chunking_gives_the_same_frames_as_whole(sizes: list[int]) -> None:
     ]
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=1, max_value=20), st.integers(min_value=0, max_value=200))
+def test_a_frame_limit_leaves_the_rest_buffered_for_later_calls(limit: int, cut: int) -> None:
+    """What the connection relies on to take turns: `limit` frames per call, the rest
+    kept in order, whatever arrives meanwhile appended behind them."""
+    data = sample_stream()
+    whole = [describe(f) for f in feed_whole(data)]
+    reader = FrameReader(FRAME_MAX)
+    got = [describe(f) for f in reader.frames(data[:cut], limit)]
+    assert len(got) <= limit
+    reader.append(data[cut:])
+    while reader.buffered:
+        batch = [describe(f) for f in reader.frames(limit=limit)]
+        assert 0 < len(batch) <= limit
+        got += batch
+    assert got == whole
+
+
 def test_partial_frame_stays_buffered_until_complete() -> None:
     data = frame.marshal(commands.Basic.Qos(prefetch_count=5), 3)
     reader = FrameReader(FRAME_MAX)
