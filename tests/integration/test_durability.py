@@ -147,6 +147,23 @@ def test_confirm_comes_after_the_record_is_on_disk(tmp_path: Path) -> None:
         connection.close()
 
 
+def test_a_lone_confirmed_publish_waits_for_one_commit_round_not_two(tmp_path: Path) -> None:
+    """The channel hands its confirm to the store in the same turn as the publish, so
+    the round that writes the record also releases the confirm."""
+    with running_broker(data_dir=tmp_path) as broker:
+        connection, channel = channel_of(broker)
+        channel.queue_declare("lone", durable=True)
+        channel.confirm_delivery()
+        for index in range(5):
+            rounds_before = broker.call(lambda: broker.server.store.committer.rounds)  # type: ignore[union-attr]
+            channel.basic_publish(
+                "", "lone", b"%d" % index, pika.BasicProperties(delivery_mode=2)
+            )
+            rounds = broker.call(lambda: broker.server.store.committer.rounds) - rounds_before  # type: ignore[union-attr]
+            assert rounds == 1, f"publish {index} was confirmed after {rounds} commit rounds"
+        connection.close()
+
+
 def test_publishes_are_group_committed(tmp_path: Path) -> None:
     with running_broker(data_dir=tmp_path) as broker:
         connection, channel = channel_of(broker)
