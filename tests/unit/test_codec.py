@@ -28,6 +28,7 @@ from kanin.amqp.frames import (
     HeaderFrame,
     HeartbeatFrame,
     MethodFrame,
+    PublishFrames,
     decode_properties,
 )
 from kanin.amqp.methods import (
@@ -211,6 +212,73 @@ def test_a_frame_limit_leaves_the_rest_buffered_for_later_calls(limit: int, cut:
         assert 0 < len(batch) <= limit
         got += batch
     assert got == whole
+
+
+def publishes_stream() -> bytes:
+    """Publishes in the shapes the whole-publish path must take or leave alone."""
+    header = pamqp_header.ContentHeader
+    return b"".join(
+        (
+            sample_stream(),
+            publish_frames(3, b""),  # no body frame at all
+            publish_frames(3, b"abc"),
+            # A body split over two frames: not one PublishFrames.
+            frame.marshal(commands.Basic.Publish(exchange="", routing_key="k"), 4),
+            frame.marshal(header(0, 6, commands.Basic.Properties()), 4),
+            frame.marshal(pamqp_body.ContentBody(b"abc"), 4),
+            frame.marshal(pamqp_body.ContentBody(b"def"), 4),
+            # Header on another channel than its publish: left to the frame-by-frame path.
+            frame.marshal(commands.Basic.Publish(exchange="", routing_key="k"), 5),
+            frame.marshal(header(0, 1, commands.Basic.Properties()), 6),
+            frame.marshal(pamqp_body.ContentBody(b"z"), 6),
+            publish_frames(7, b"last"),
+        )
+    )
+
+
+def expanded(frames: list[Frame]) -> list[tuple[Any, ...]]:
+    out: list[tuple[Any, ...]] = []
+    for item in frames:
+        parts = item.expand() if isinstance(item, PublishFrames) else [item]
+        out += [describe(part) for part in parts]
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=64), max_size=80))
+def test_whole_publishes_stand_for_exactly_the_frames_they_replace(sizes: list[int]) -> None:
+    data = publishes_stream()
+    reader = FrameReader(FRAME_MAX, whole_publishes=True)
+    got: list[Frame] = []
+    offset = 0
+    for size in sizes:
+        got += reader.feed(data[offset : offset + size])
+        offset += size
+    got += reader.feed(data[offset:])
+    assert expanded(got) == [describe(f) for f in feed_whole(data)]
+
+
+def test_whole_publishes_are_made_when_all_three_frames_are_there() -> None:
+    got = FrameReader(FRAME_MAX, whole_publishes=True).feed(publishes_stream())
+    whole = [f for f in got if isinstance(f, PublishFrames)]
+    # sample_stream's two, the empty-body one, "abc" and "last"; not the split or odd ones.
+    assert [(f.channel, f.body) for f in whole] == [
+        (1, b"hello world"),
+        (2, b"x" * 300),
+        (3, b""),
+        (3, b"abc"),
+        (7, b"last"),
+    ]
+    assert whole[1].method.routing_key == "a.b"
+
+
+def test_a_whole_publish_counts_as_its_frames_against_the_limit() -> None:
+    reader = FrameReader(FRAME_MAX, whole_publishes=True)
+    reader.append(publish_frames(1, b"a") + publish_frames(1, b"b"))
+    first = list(reader.frames(limit=4))  # one whole publish (3), then a lone method (1)
+    assert [type(f) for f in first] == [PublishFrames, MethodFrame]
+    rest = list(reader.frames(limit=4))
+    assert [type(f) for f in rest] == [HeaderFrame, BodyFrame]
 
 
 def test_partial_frame_stays_buffered_until_complete() -> None:

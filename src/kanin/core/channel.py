@@ -104,6 +104,11 @@ class Channel:
         if content is not None:
             self._publish(content)
 
+    def publish_whole(self, method: Any, header: HeaderFrame, body: bytes) -> None:
+        """A publish whose frames arrived together, while the assembler is idle and the
+        body within limits: the message the assembler would have built, without it."""
+        self._publish(Content(method, header, body))
+
     def _publish(self, content: Content) -> None:
         try:
             publish(self, content)

@@ -23,7 +23,15 @@ from pamqp import commands
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
-from kanin.amqp.frames import BodyFrame, FrameReader, HeaderFrame, HeartbeatFrame, MethodFrame
+from kanin.amqp.frames import (
+    BodyFrame,
+    Frame,
+    FrameReader,
+    HeaderFrame,
+    HeartbeatFrame,
+    MethodFrame,
+    PublishFrames,
+)
 from kanin.amqp.methods import build, class_and_method, encode_heartbeat, encode_method, short_text
 from kanin.core.channel import Channel
 from kanin.server import handshake
@@ -69,7 +77,7 @@ class AMQPConnection(asyncio.Protocol):
         self.peer: tuple[Any, ...] = ("?", 0)
         self._header = b""
         # Until tune-ok, frames may be as large as the frame_max we are about to propose.
-        self.reader = FrameReader(self.config.frame_max or 131072)
+        self.reader = FrameReader(self.config.frame_max or 131072, whole_publishes=True)
         self.channels: dict[int, Channel] = {}
         self.channel_max = self.config.channel_max
         self.frame_max = C.FRAME_MIN_SIZE
@@ -382,8 +390,11 @@ class AMQPConnection(asyncio.Protocol):
 
     # -- frames --------------------------------------------------------------------------
 
-    def _on_frame(self, frame: MethodFrame | HeaderFrame | BodyFrame | HeartbeatFrame) -> None:
-        if isinstance(frame, HeartbeatFrame):
+    def _on_frame(self, frame: Frame) -> None:
+        if frame.__class__ is PublishFrames:
+            self._on_publish_frames(frame)
+            return
+        if isinstance(frame, HeartbeatFrame | PublishFrames):
             return
         if self.state is State.CLOSING:
             self._on_frame_while_closing(frame)
@@ -415,6 +426,28 @@ class AMQPConnection(asyncio.Protocol):
                     channel.handle_body(frame)
             except ChannelError as exc:
                 channel.fail(exc)
+
+    def _on_publish_frames(self, frames: PublishFrames) -> None:
+        """A whole publish: straight to the channel when it is open and between messages
+        (the usual case); otherwise frame by frame, so every error is the usual one."""
+        channel = self.channels.get(frames.channel)
+        if (
+            self.state is State.OPEN
+            and channel is not None
+            and not channel.closing
+            and channel.assembler.idle
+            and frames.header.body_size <= channel.assembler.max_body_bytes
+        ):
+            self.is_publisher = True
+            try:
+                channel.publish_whole(frames.method, frames.header, frames.body)
+            except ChannelError as exc:
+                channel.fail(exc)
+            return
+        for frame in frames.expand():
+            self._on_frame(frame)
+            if self.closed:
+                return
 
     def _on_channel_zero(self, frame: MethodFrame | HeaderFrame | BodyFrame) -> None:
         if not isinstance(frame, MethodFrame):
