@@ -279,8 +279,8 @@ async def test_a_failed_compaction_write_does_not_lose_the_moved_message(
     store.recover()
     files = Harness("file", tmp_path, loop, store, SEGMENT_BYTES, log)
     pinned = [files.enqueue(Q1, body(i, 1900)) for i in range(2)]  # segment 1, stays half full
-    sparse = [files.enqueue(Q1, body(i, 450)) for i in range(8)]  # segment 2
-    tail = [files.enqueue(Q1, body(i, 450)) for i in range(10)]  # segments 3 and on
+    sparse = [files.enqueue(Q1, body(i, 441)) for i in range(8)]  # segment 2, exactly full
+    tail = [files.enqueue(Q1, body(i, 441)) for i in range(10)]  # segments 3 and on
     assert await files.commit() is True
     where = segment_of(tmp_path)
     assert {where[m.id] for m in pinned} == {1} and {where[m.id] for m in sparse} == {2}
@@ -467,12 +467,12 @@ class BlockingLog(SegmentLog):
         self.release = threading.Event()
         self.batches: list[list[int]] = []  # ids of the ENQUEUE records in each write
 
-    def write(self, chunks: list[tuple[int, bytes]]) -> None:
+    def write(self, chunks: list[tuple[int, bytes]]) -> list[int]:
         self.entered.set()
         assert self.release.wait(10), "the test never released the write"
         data = FILE_HEADER + b"".join(data for _, data in chunks)
         self.batches.append([r.id for _, r in records.scan(data) if r.type == records.ENQUEUE])
-        super().write(chunks)
+        return super().write(chunks)
 
 
 async def wait_for(condition: threading.Event) -> None:

@@ -193,10 +193,7 @@ class Persistence:
                 )
                 self.store.forget_queue(key, [m.id for m in messages])
                 continue
-            if all_redelivered:
-                for message in messages:
-                    message.redelivered = True
-            queue.restore(messages)
+            queue.restore(messages, all_redelivered)
             total += len(messages)
         if total:
             log.info("recovered %d persistent messages in %d queues", total, len(recovered))

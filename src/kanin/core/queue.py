@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from kanin.core.exchanges import Binding
     from kanin.core.memory import MemoryMonitor
     from kanin.core.scheduling import Cancellable, Scheduler
-    from kanin.store.store import MessageStore, StoredMessage
+    from kanin.store.store import MessageStore, Recovered
 
 # Deliveries per queue per event-loop turn before yielding to other work.
 DISPATCH_BATCH = 512
@@ -150,25 +150,30 @@ class Queue:
             self.schedule_dispatch()
         return result
 
-    def restore(self, messages: list[StoredMessage]) -> None:
+    def restore(self, messages: list[Recovered], all_redelivered: bool = False) -> None:
         """Recovered messages, back in order, without writing them again."""
-        for stored in messages:
-            properties = decode_properties(stored.header)
-            message = Message(
-                stored.exchange,
-                stored.routing_key,
-                stored.header,
-                stored.body,
-                properties,
-                None,
-            )
-            entry = Entry(message, self._next_seq)
-            self._next_seq += 1
-            entry.stored_id = stored.id
-            entry.redelivered = stored.redelivered
-            self._memory.add(len(stored.body))
-            self.ready.append(entry)
-            self.ready_bytes += len(stored.body)
+        assert self.store is not None
+        for start in range(0, len(messages), 1024):
+            chunk = messages[start : start + 1024]
+            contents = self.store.read(self.store_key, [m.id for m in chunk])
+            for recovered, content in zip(chunk, contents, strict=True):
+                if content is None:
+                    continue
+                message = Message(
+                    content.exchange,
+                    content.routing_key,
+                    content.header,
+                    content.body,
+                    decode_properties(content.header),
+                    None,
+                )
+                entry = Entry(message, self._next_seq)
+                self._next_seq += 1
+                entry.stored_id = recovered.id
+                entry.redelivered = recovered.redelivered or all_redelivered
+                self._memory.add(len(content.body))
+                self.ready.append(entry)
+                self.ready_bytes += len(content.body)
 
     def reject_publish_dead_letter(self, message: Message) -> None:
         """x-overflow reject-publish-dlx: the refused message is dead-lettered (maxlen)."""
