@@ -155,7 +155,7 @@ def test_version_one_files_are_still_read_as_priority_zero_never_expiring() -> N
         Record(ENQUEUE, 2, q, "", "", b"", b""),
         Record(REMOVE, 2, q),
     ]
-    summaries = list(records.scan_summaries(data))
+    summaries = list(records.SummaryScan(data))
     assert [s[1:] for s in summaries] == [
         (ENQUEUE, 1, q, 0, 0, 8),
         (DELIVERED, 1, q, 0, 0, 0),
@@ -290,7 +290,7 @@ def test_scan_stops_at_a_checksummed_but_malformed_record(payload: bytes) -> Non
     recs = sample_records()
     data, offsets = log_bytes(recs[:2])
     assert scanned(data + framed(payload) + encode(recs[2])) == recs[:2]
-    summaries = records.scan_summaries(data + framed(payload) + encode(recs[2]))
+    summaries = records.SummaryScan(data + framed(payload) + encode(recs[2]))
     assert [s[0] for s in summaries] == offsets
 
 
@@ -302,7 +302,7 @@ def test_summaries_say_what_scan_says_without_the_content(recs: list[Record]) ->
         (offset, r.type, r.id, r.queue, r.priority, r.expires_at_ms, len(r.body))
         for offset, r in scan(data)
     ]
-    assert list(records.scan_summaries(data)) == expected
+    assert list(records.SummaryScan(data)) == expected
 
 
 def test_payload_at_reads_one_whole_record_or_refuses() -> None:
@@ -331,4 +331,4 @@ def test_any_single_byte_corruption_keeps_exactly_the_records_before_it(
     corrupt[position] ^= flip
     hit = max(i for i, offset in enumerate(offsets) if offset <= position)
     assert scanned(bytes(corrupt)) == recs[:hit]
-    assert [s[0] for s in records.scan_summaries(bytes(corrupt))] == offsets[:hit]
+    assert [s[0] for s in records.SummaryScan(bytes(corrupt))] == offsets[:hit]

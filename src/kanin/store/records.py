@@ -48,6 +48,7 @@ DELIVERED = 3
 PREFIX = struct.Struct(">II")
 _SIMPLE = struct.Struct(">BQH")  # type, id, queue key length
 _ENQUEUE = struct.Struct(">BQBQBBIIH")  # type, id, priority, expiry, 4 lengths, queue length
+_FRAMED_ENQUEUE = struct.Struct(">II" + _ENQUEUE.format[1:])  # with the length and checksum
 _U8 = struct.Struct(">B")
 _U32 = struct.Struct(">I")
 # A record longer than this is corruption, not data (messages are capped far below).
@@ -173,50 +174,102 @@ def scan(data: bytes) -> Iterator[tuple[int, Record]]:
         yield offset, record
 
 
-def scan_summaries(data: bytes) -> Iterator[Summary]:
-    """A Summary of every valid record of a whole segment file, stopping where `scan` would
-    on torn or corrupt data. Start-up's fast path: no Record, no copy of any body."""
-    version = file_version(data)
-    if version is None:
-        return
-    view = memoryview(data)
-    offset, end = FILE_HEADER_BYTES, len(data)
-    unpack_prefix, crc32 = PREFIX.unpack_from, zlib.crc32
-    while offset + PREFIX.size <= end:
-        length, checksum = unpack_prefix(data, offset)
-        start = offset + PREFIX.size
-        record_end = start + length
-        if (
-            length > MAX_RECORD_BYTES
-            or record_end > end
-            or crc32(view[start:record_end]) != checksum
-        ):
+class SummaryScan:
+    """The Summary of every valid record of a whole segment file, stopping where `scan` would
+    on torn or corrupt data; once iterated, `valid_end` is where the valid records end.
+    Start-up's fast path: no Record, no copy of any body, one unpack per ENQUEUE."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.valid_end = FILE_HEADER_BYTES
+
+    def __iter__(self) -> Iterator[Summary]:
+        data = self.data
+        version = file_version(data)
+        if version is None:
             return
+        view, end, offset = memoryview(data), len(data), FILE_HEADER_BYTES
+        unpack_enqueue, unpack_prefix, crc32 = (
+            _FRAMED_ENQUEUE.unpack_from,
+            PREFIX.unpack_from,
+            zlib.crc32,
+        )
+        # Most records name the same queue, exchange and routing key as the one before:
+        # compare those bytes in place instead of slicing and decoding them every time.
+        last_names, last_queue_len, last_ex_len, queue = b"", -1, -1, ""
         try:
-            summary = _summary(data, offset, record_end, version)
+            while offset + PREFIX.size <= end:
+                # The common record, an ENQUEUE, is read whole in one unpack (its fields are
+                # used only once the checksum has passed): this runs once per message.
+                fast = (
+                    version == VERSION
+                    and offset + _FRAMED_ENQUEUE.size <= end
+                    and data[offset + PREFIX.size] == ENQUEUE
+                )
+                if fast:
+                    (
+                        length,
+                        checksum,
+                        _,
+                        id_,
+                        priority,
+                        expiry,
+                        ex_len,
+                        rk_len,
+                        header,
+                        body,
+                        queue_len,
+                    ) = unpack_enqueue(data, offset)
+                else:
+                    length, checksum = unpack_prefix(data, offset)
+                start = offset + PREFIX.size
+                record_end = start + length
+                if length > MAX_RECORD_BYTES or record_end > end:
+                    return
+                if crc32(view[start:record_end]) != checksum:
+                    return
+                if fast and length >= _ENQUEUE.size:
+                    names_start = start + _ENQUEUE.size
+                    names_end = names_start + queue_len + ex_len + rk_len
+                    if names_end + header + body != record_end:
+                        return
+                    if (
+                        queue_len != last_queue_len
+                        or ex_len != last_ex_len
+                        or names_end - names_start != len(last_names)
+                        or not data.startswith(last_names, names_start)
+                    ):
+                        queue = _names(data, names_start, queue_len, ex_len, rk_len)
+                        last_names = data[names_start:names_end]
+                        last_queue_len, last_ex_len = queue_len, ex_len
+                    summary = (offset, ENQUEUE, id_, queue, priority, expiry, body)
+                else:
+                    summary = _summary(data, offset, record_end, version)
+                yield summary
+                offset = record_end
         except (CorruptRecord, struct.error, UnicodeDecodeError):
             return
-        yield summary
-        offset = record_end
+        finally:
+            self.valid_end = offset
+
+
+def _names(data: bytes, start: int, queue_len: int, ex_len: int, rk_len: int) -> str:
+    """The queue key of an ENQUEUE; UnicodeDecodeError if it, its exchange or its routing
+    key is not UTF-8, as decode() would raise."""
+    exchange_start = start + queue_len
+    data[exchange_start : exchange_start + ex_len].decode()
+    data[exchange_start + ex_len : exchange_start + ex_len + rk_len].decode()
+    return data[start:exchange_start].decode()
 
 
 def _summary(data: bytes, offset: int, record_end: int, version: int) -> Summary:
+    """The slow path of SummaryScan: REMOVE, DELIVERED and version 1 ENQUEUE records."""
     start = offset + PREFIX.size
     type_ = data[start] if start < record_end else 0
-    if type_ == ENQUEUE and version != 1:
-        _, id_, priority, expiry, exchange, routing_key, header, body, queue_len = (
-            _ENQUEUE.unpack_from(data, start)
-        )
-        queue_start = start + _ENQUEUE.size
-        names_end = queue_start + queue_len + exchange + routing_key
-        if names_end + header + body != record_end:
-            raise CorruptRecord("record length does not match its fields")
-        queue = data[queue_start : queue_start + queue_len].decode()
-        data[queue_start + queue_len : names_end].decode()  # as `decode` would check it
-        return (offset, ENQUEUE, id_, queue, priority, expiry, body)
-    if type_ == ENQUEUE:  # version 1: rare, decode it whole
-        record = _decode_enqueue_v1(data[start:record_end])
-        return (offset, ENQUEUE, record.id, record.queue, 0, 0, len(record.body))
+    if type_ == ENQUEUE:
+        record = decode(data[start:record_end], version)
+        summary = (record.priority, record.expires_at_ms, len(record.body))
+        return (offset, ENQUEUE, record.id, record.queue, *summary)
     if type_ not in (REMOVE, DELIVERED):
         raise CorruptRecord(f"unknown record type {type_}")
     _, id_, queue_len = _SIMPLE.unpack_from(data, start)

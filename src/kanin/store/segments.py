@@ -18,7 +18,7 @@ How this works:
 - `recover` reads every segment in order. In each, reading stops at the first record
   that is torn or fails its checksum and the file is truncated there, so the next
   start sees a clean log and new appends never follow garbage. It yields summaries
-  (records.scan_summaries): start-up never copies a body.
+  (records.SummaryScan): start-up never copies a body.
 """
 
 from __future__ import annotations
@@ -207,8 +207,9 @@ class SegmentLog:
 
     # -- recovery (start-up) --------------------------------------------------------------
 
-    def recover(self) -> Iterator[tuple[int, records.Summary]]:
-        """(segment, summary) for every valid record, oldest first; torn tails are cut."""
+    def recover(self) -> Iterator[tuple[int, records.SummaryScan]]:
+        """(segment, its records' summaries) for every segment, oldest first. Iterate each
+        scan to its end before the next: then a torn or corrupt tail is cut off the file."""
         for number in self.segment_numbers():
             path = segment_path(self.directory, number)
             data = path.read_bytes()
@@ -216,13 +217,12 @@ class SegmentLog:
                 log.error("segment %s has no valid header; moving it aside", path.name)
                 path.rename(path.with_suffix(".corrupt"))
                 continue
-            valid_end = records.FILE_HEADER_BYTES
-            for summary in records.scan_summaries(data):
-                valid_end = summary[0] + records.record_size(data, summary[0])
-                yield number, summary
-            del data  # a segment is up to 64 MiB: do not hold it while the next is read
-            if valid_end < path.stat().st_size:
-                _cut(path, valid_end)
+            scan = records.SummaryScan(data)
+            del data  # a segment is up to 64 MiB: only the scan holds it, until it is done
+            yield number, scan
+            scan.data = b""
+            if scan.valid_end < path.stat().st_size:
+                _cut(path, scan.valid_end)
 
 
 def _cut(path: Path, valid_end: int) -> None:

@@ -358,37 +358,32 @@ class FileStore:
         return self._recovered_queues(queues)
 
     def _scan(self, queues: dict[str, dict[int, Recovered]]) -> int:
-        """Replay every record into `queues` and the location map; the newest segment seen."""
+        """Replay every record into `queues` and the location map; returns the newest
+        segment that has records."""
         where, delivered, live = self._where, self._delivered, self._live
         highest_segment, next_id = 0, self._next_id
-        for segment, (
-            offset,
-            type_,
-            id_,
-            queue,
-            priority,
-            expiry,
-            size,
-        ) in self._segments.recover():
-            highest_segment = segment
-            if id_ >= next_id:
-                next_id = id_ + 1
-            if type_ == records.ENQUEUE:
-                messages = queues.get(queue)
-                if messages is None:
-                    messages = queues[queue] = {}
-                messages[id_] = Recovered(id_, size, priority, expiry)
-                where[id_] = segment << _SEGMENT_SHIFT | offset
-                state = live.get(segment)
-                if state is None:
-                    state = live[segment] = _Segment()
-                state.total += 1
-            elif type_ == records.REMOVE:
-                if where.pop(id_, None) is not None:
-                    queues.get(queue, {}).pop(id_, None)
-                delivered.discard(id_)
-            elif id_ in where:  # DELIVERED
-                delivered.add(id_)
+        make = Recovered._make
+        for segment, summaries in self._segments.recover():
+            base = segment << _SEGMENT_SHIFT
+            state = live.setdefault(segment, _Segment())
+            for offset, type_, id_, queue, priority, expiry, size in summaries:
+                if id_ >= next_id:
+                    next_id = id_ + 1
+                if type_ == records.ENQUEUE:
+                    messages = queues.get(queue)
+                    if messages is None:
+                        messages = queues[queue] = {}
+                    messages[id_] = make((id_, size, priority, expiry, False))
+                    where[id_] = base | offset
+                    state.total += 1
+                elif type_ == records.REMOVE:
+                    if where.pop(id_, None) is not None:
+                        queues.get(queue, {}).pop(id_, None)
+                    delivered.discard(id_)
+                elif id_ in where:  # DELIVERED
+                    delivered.add(id_)
+            if summaries.valid_end > records.FILE_HEADER_BYTES:
+                highest_segment = segment  # the newest with records: it holds the top id
         self._next_id = next_id
         return highest_segment
 
