@@ -101,13 +101,17 @@ class Harness:
 
     def reopen(self, faulty: bool | None = None) -> dict[str, list[StoredMessage]]:
         """A new FileStore on the directory, recovered (the old one must be closed or dead)."""
+        return self.contents(self.reopen_recovered(faulty))
+
+    def reopen_recovered(self, faulty: bool | None = None) -> dict[str, list[Recovered]]:
+        """reopen(), returning recover()'s own answer."""
         if faulty is None:
             faulty = self.log is not None
         if faulty:
             self.store, self.log = faulty_file_store(self.directory, self.loop, self.segment_bytes)
         else:
             self.store = FileStore(self.directory, self.loop, segment_bytes=self.segment_bytes)
-        return self.contents(self.store.recover())
+        return self.store.recover()
 
     def contents(self, recovered: dict[str, list[Recovered]]) -> dict[str, list[StoredMessage]]:
         """Recovered messages read back whole; each must be readable and of the size said."""
@@ -136,10 +140,14 @@ class Harness:
         return await asyncio.wait_for(done, 10)
 
     async def restart(self) -> dict[str, list[StoredMessage]]:
+        return self.contents(await self.restart_recovered())
+
+    async def restart_recovered(self) -> dict[str, list[Recovered]]:
+        """restart(), returning recover()'s own answer."""
         if isinstance(self.store, MemoryStore):
-            return self.contents(self.store.recover())
+            return self.store.recover()
         await self.store.close()
-        return self.reopen()
+        return self.reopen_recovered()
 
     def crash(self) -> None:
         """Abandon the FileStore as kill -9 would: no drain, nothing more written."""
