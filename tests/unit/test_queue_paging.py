@@ -29,10 +29,14 @@ class CountingStore(MemoryStore):
     def __init__(self, clock: FakeScheduler) -> None:
         super().__init__(clock)  # type: ignore[arg-type]  # only call_soon is used
         self.reads: list[list[int]] = []
+        self.aheads: list[list[int]] = []  # per read: the ids it said come next
         self.lose: set[int] = set()  # ids whose read fails, as on a bad disk
 
-    def read(self, queue: str, message_ids: Sequence[int]) -> list[Content | None]:
+    def read(
+        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
+    ) -> list[Content | None]:
         self.reads.append(list(message_ids))
+        self.aheads.append(list(ahead))
         found = super().read(queue, message_ids)
         return [None if i in self.lose else c for i, c in zip(message_ids, found, strict=True)]
 
@@ -140,6 +144,17 @@ def test_a_deep_queue_delivers_every_message_in_order_reading_in_batches() -> No
     assert held_max <= 10 * BODY_BYTES + PAGE_IN_BYTES_MIN + BODY_BYTES
     assert setup.memory.held_bytes == 0
     assert setup.queue.paged_out == setup.queue.loaded_bytes == 0
+
+
+def test_each_page_in_names_the_next_batch_so_it_can_be_fetched_ahead() -> None:
+    setup = Setup(budget=0)
+    batch = PAGE_IN_BYTES_MIN // BODY_BYTES  # a budget of 0 still reads this much at a time
+    for i in range(3 * batch):
+        setup.queue.publish(message(body(i)))
+    ids = [e.stored_id for e in setup.queue.ready]
+    assert setup.take_all() == [body(i) for i in range(3 * batch)]
+    assert setup.store.reads == [ids[:batch], ids[batch : 2 * batch], ids[2 * batch :]]
+    assert setup.store.aheads == [ids[batch : 2 * batch], ids[2 * batch :], []]
 
 
 def test_a_drained_queue_keeps_new_messages_in_memory_again() -> None:

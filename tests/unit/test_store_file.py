@@ -705,3 +705,33 @@ async def test_read_descriptors_are_bounded(tmp_path: Path) -> None:
         assert len(harness.file._segments._readers) <= segments.READERS_MAX
     finally:
         await harness.close()
+
+
+async def test_messages_wanted_next_are_fetched_ahead(
+    files: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if not hasattr(os, "posix_fadvise"):
+        pytest.skip("no posix_fadvise on this platform")
+    sent = [files.enqueue(Q1, body(i, 100)) for i in range(40)]  # several segments
+    assert await files.commit() is True
+    advised: list[tuple[int, int]] = []
+
+    def advise(_fd: int, offset: int, length: int, _advice: int) -> None:
+        advised.append((offset, length))
+
+    monkeypatch.setattr(segments.os, "posix_fadvise", advise)
+    now, ahead = sent[:5], sent[5:]
+    read = files.store.read(Q1, [m.id for m in now], [m.id for m in ahead])
+    assert [(c.header, c.body) if c else None for c in read] == [(m.header, m.body) for m in now]
+    # One hint per segment, from the first record of `ahead` in it past the last one.
+    spans: dict[int, list[int]] = {}
+    for path in segment_files(files.directory):
+        for offset, record in records.scan(path.read_bytes()):
+            if record.id in {m.id for m in ahead}:
+                spans.setdefault(int(path.stem), []).append(offset)
+    assert len(spans) > 1
+    expected_hints = sorted(
+        (min(offsets), max(offsets) - min(offsets) + segments.READ_GAP_BYTES)
+        for offsets in spans.values()
+    )
+    assert sorted(advised) == expected_hints

@@ -24,7 +24,8 @@ How this works:
   keeps only its Entry (order, expiry, size, store id): the store has the rest. When
   the head is paged out, the queue reads it back with the paged-out entries behind
   it in one batch, up to the budget (at least PAGE_IN_BYTES_MIN), so consumers are
-  served from memory and reads come in batches. Dead-lettering reads paged-out
+  served from memory and reads come in batches; it names the batch after that to the
+  store, which has the kernel fetch it meanwhile. Dead-lettering reads paged-out
   messages back in batches too; expiring, purging or deleting them reads nothing.
   Transient messages, and everything in non-durable queues, stay in memory.
   Recovered messages start paged out; start-up reads no bodies.
@@ -35,6 +36,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from kanin.core.message import Entry, Message
@@ -288,7 +290,9 @@ class Queue:
 
     def _page_in(self) -> None:
         """If the next message is paged out, read it back with the paged-out messages right
-        behind it: up to the budget, at least PAGE_IN_BYTES_MIN, at most PAGE_IN_COUNT_MAX."""
+        behind it: as many bytes as the budget has room for, but PAGE_IN_BYTES_MIN even when
+        it has none, and at most PAGE_IN_COUNT_MAX messages. The store is told which come
+        after those, to fetch them ahead of the consumers."""
         if not self.paged_out:
             return
         fifo = self.ready.head_fifo()
@@ -297,24 +301,31 @@ class Queue:
             return
         room = max(self.memory_budget_bytes - self.loaded_bytes, PAGE_IN_BYTES_MIN)
         batch: list[Entry] = []
-        batch_bytes = 0
-        for looked, entry in enumerate(fifo.upcoming()):
-            if looked == PAGE_IN_COUNT_MAX or (batch and batch_bytes + entry.size > room):
-                break
-            if entry.message is None:
+        ahead: list[int] = []
+        batch_bytes, full = 0, False
+        for entry in islice(fifo.upcoming(), 2 * PAGE_IN_COUNT_MAX):
+            if entry.message is not None:
+                continue
+            full = full or len(batch) == PAGE_IN_COUNT_MAX or batch_bytes + entry.size > room
+            if full and batch:
+                ahead.append(entry.stored_id)
+                if len(ahead) == len(batch):
+                    break
+            else:
                 batch.append(entry)
                 batch_bytes += entry.size
-        for entry in self._load(batch):
+        for entry in self._load(batch, ahead):
             self.paged_out -= 1
             self.loaded_bytes += entry.size
 
-    def _load(self, entries: list[Entry]) -> list[Entry]:
+    def _load(self, entries: list[Entry], ahead: list[int] | None = None) -> list[Entry]:
         """Read paged-out messages back from the store; returns those that came back (the
         others stay paged out: the disk lost them, and they are dropped at the head)."""
         if not entries:
             return []
         assert self.store is not None, "only a durable queue pages messages out"
-        contents = self.store.read(self.store_key, [entry.stored_id for entry in entries])
+        ids = [entry.stored_id for entry in entries]
+        contents = self.store.read(self.store_key, ids, ahead or ())
         loaded = []
         for entry, content in zip(entries, contents, strict=True):
             if content is None:

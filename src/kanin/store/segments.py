@@ -13,7 +13,9 @@ How this works:
   a record's location only once it is on disk, so it never reads what is not there.
 - `read` fetches records by (segment, offset) on the loop thread with pread, through a
   small cache of read-only descriptors: a deep queue's bodies come back this way, a
-  batch at a time, neighbours in one pread. The store never asks for a deleted segment
+  batch at a time, neighbours in one pread; `advise` asks the kernel to fetch the next
+  batch's bytes meanwhile (posix_fadvise WILLNEED), so they are usually in the page
+  cache when the consumers get there. The store never asks for a deleted segment
   (it deletes only segments with nothing live) and drops the descriptor when it deletes.
 - `recover` reads every segment in order. In each, reading stops at the first record
   that is torn or fails its checksum and the file is truncated there, so the next
@@ -23,6 +25,7 @@ How this works:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import struct
@@ -174,6 +177,15 @@ class SegmentLog:
             for offset in run:
                 found[offset] = _record_in(fd, span, run[0], offset, version)
         return [found[offset] for offset in offsets]
+
+    def advise(self, number: int, offset: int, length: int) -> None:
+        """These bytes of a segment will be read soon: let the kernel start fetching them
+        (read-ahead for a deep queue's next batch). Only a hint: failures are ignored."""
+        advise = getattr(os, "posix_fadvise", None)
+        if advise is None:
+            return
+        with contextlib.suppress(OSError):
+            advise(self._reader(number)[0], offset, length, os.POSIX_FADV_WILLNEED)
 
     def _reader(self, number: int) -> tuple[int, int]:
         reader = self._readers.get(number)

@@ -2,7 +2,8 @@
 
 - `enqueue` records a persistent message in a durable queue and returns its id;
 - `read` gives back the content of messages by id: a deep queue keeps only ids for
-  the messages beyond its memory budget and reads them back, a batch at a time;
+  the messages beyond its memory budget and reads them back, a batch at a time, naming
+  the ones it will want next (`ahead`) so FileStore can have the kernel fetch them;
 - `remove` records that it left the queue (acked, dropped, expired, purged);
 - `delivered` notes a delivery, so a message recovered after a crash comes back
   with redelivered=true (written lazily: nobody waits for it);
@@ -34,7 +35,7 @@ from typing import NamedTuple, Protocol
 
 from kanin.store import records
 from kanin.store.committer import GroupCommitter, Landed
-from kanin.store.segments import SegmentLog
+from kanin.store.segments import READ_GAP_BYTES, SegmentLog
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,9 @@ class MessageStore(Protocol):
         expires_at_ms: int = 0,
     ) -> int: ...
 
-    def read(self, queue: str, message_ids: Sequence[int]) -> list[Content | None]: ...
+    def read(
+        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
+    ) -> list[Content | None]: ...
 
     def remove(self, queue: str, message_id: int) -> None: ...
 
@@ -201,9 +204,12 @@ class FileStore:
 
     # -- reading back ---------------------------------------------------------------------
 
-    def read(self, queue: str, message_ids: Sequence[int]) -> list[Content | None]:
+    def read(
+        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
+    ) -> list[Content | None]:
         """The content of live messages, in the order asked; None for an id that is not live
-        or whose record cannot be read (logged: the disk lost it)."""
+        or whose record cannot be read (logged: the disk lost it). The records of `ahead`
+        are wanted soon: the kernel is asked to start reading them into the page cache."""
         found: list[Content | None] = [None] * len(message_ids)
         on_disk: dict[int, list[tuple[int, int]]] = {}  # segment -> [(index, offset)]
         for index, message_id in enumerate(message_ids):
@@ -218,7 +224,19 @@ class FileStore:
         for segment, wanted in on_disk.items():
             assert segment not in self._dead, f"live message located in dead segment {segment}"
             self._read_segment(segment, message_ids, wanted, found)
+        self._read_ahead(ahead)
         return found
+
+    def _read_ahead(self, message_ids: Sequence[int]) -> None:
+        spans: dict[int, tuple[int, int]] = {}  # segment -> (first, last) offset wanted
+        for message_id in message_ids:
+            location = self._where.get(message_id, 0)
+            offset, segment = location & _OFFSET_MASK, location >> _SEGMENT_SHIFT
+            if offset:
+                first, last = spans.get(segment, (offset, offset))
+                spans[segment] = (min(first, offset), max(last, offset))
+        for segment, (first, last) in spans.items():
+            self._segments.advise(segment, first, last - first + READ_GAP_BYTES)
 
     def _read_segment(
         self,
@@ -461,7 +479,9 @@ class MemoryStore:
         self._queues.setdefault(queue, {})[message_id] = held
         return message_id
 
-    def read(self, queue: str, message_ids: Sequence[int]) -> list[Content | None]:
+    def read(
+        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
+    ) -> list[Content | None]:
         messages = self._queues.get(queue, {})
         return [
             held.content if (held := messages.get(i)) is not None else None for i in message_ids
