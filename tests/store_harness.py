@@ -2,6 +2,11 @@
 a Harness that opens, commits and "restarts" a MemoryStore or a FileStore, and helpers to say
 what recover() must return.
 
+recover() gives what a queue needs to rebuild itself (Recovered: id, body size, priority,
+expiry, redelivered), never the content; `Harness.contents` reads the content back with
+read() and checks that it agrees with what recover() said, so a test compares whole messages
+(StoredMessage) and every restart also tests reading back.
+
 Import it like helpers (tests/ is on sys.path): `from store_harness import Harness, expected`.
 """
 
@@ -14,7 +19,7 @@ from pathlib import Path
 
 from kanin.store import records
 from kanin.store.records import queue_key
-from kanin.store.store import FileStore, MemoryStore, StoredMessage
+from kanin.store.store import FileStore, MemoryStore, Recovered
 from kanin.testing.faulty_disk import FaultySegmentLog, faulty_file_store, segment_files
 
 SEGMENT_BYTES = 4096  # small, so a few messages fill a segment
@@ -22,6 +27,18 @@ Q1 = queue_key("/", "orders")
 Q2 = queue_key("/", "invoices")
 Q3 = queue_key("other", "orders")  # same queue name, another vhost
 HEADER = b"\x00\x3c\x00\x00\x00\x00\x00\x00\x00\x05\x90\x00\x02"  # a content header payload
+
+
+@dataclass(frozen=True)
+class StoredMessage:
+    """A recovered message as a whole: what recover() said of it plus what read() gave."""
+
+    id: int
+    exchange: str
+    routing_key: str
+    header: bytes
+    body: bytes
+    redelivered: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +101,10 @@ class Harness:
 
     def reopen(self, faulty: bool | None = None) -> dict[str, list[StoredMessage]]:
         """A new FileStore on the directory, recovered (the old one must be closed or dead)."""
+        return self.contents(self.reopen_recovered(faulty))
+
+    def reopen_recovered(self, faulty: bool | None = None) -> dict[str, list[Recovered]]:
+        """reopen(), returning recover()'s own answer."""
         if faulty is None:
             faulty = self.log is not None
         if faulty:
@@ -91,6 +112,10 @@ class Harness:
         else:
             self.store = FileStore(self.directory, self.loop, segment_bytes=self.segment_bytes)
         return self.store.recover()
+
+    def contents(self, recovered: dict[str, list[Recovered]]) -> dict[str, list[StoredMessage]]:
+        """Recovered messages read back whole; each must be readable and of the size said."""
+        return contents_of(self.store, recovered)
 
     @property
     def file(self) -> FileStore:
@@ -115,10 +140,14 @@ class Harness:
         return await asyncio.wait_for(done, 10)
 
     async def restart(self) -> dict[str, list[StoredMessage]]:
+        return self.contents(await self.restart_recovered())
+
+    async def restart_recovered(self) -> dict[str, list[Recovered]]:
+        """restart(), returning recover()'s own answer."""
         if isinstance(self.store, MemoryStore):
             return self.store.recover()
         await self.store.close()
-        return self.reopen()
+        return self.reopen_recovered()
 
     def crash(self) -> None:
         """Abandon the FileStore as kill -9 would: no drain, nothing more written."""
@@ -139,6 +168,29 @@ class Harness:
 
     async def close(self) -> None:
         await self.store.close()
+
+
+def contents_of(
+    store: FileStore | MemoryStore, recovered: dict[str, list[Recovered]]
+) -> dict[str, list[StoredMessage]]:
+    """recover()'s answer read back whole with read(), checked against what it said."""
+    whole: dict[str, list[StoredMessage]] = {}
+    for queue, messages in recovered.items():
+        read = store.read(queue, [m.id for m in messages])
+        for message, content in zip(messages, read, strict=True):
+            assert content is not None, f"recovered id {message.id} cannot be read back"
+            assert message.body_size == len(content.body), message
+            whole.setdefault(queue, []).append(
+                StoredMessage(
+                    message.id,
+                    content.exchange,
+                    content.routing_key,
+                    content.header,
+                    content.body,
+                    message.redelivered,
+                )
+            )
+    return whole
 
 
 def expected(sent: list[Sent], redelivered: Collection[int] = ()) -> dict[str, list[StoredMessage]]:

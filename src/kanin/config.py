@@ -51,8 +51,13 @@ class BrokerConfig:
     # Further vhosts created at start.
     vhosts: tuple[str, ...] = ()
 
-    # Flow control: above this many bytes of queued message bodies, publishers are blocked.
+    # Flow control: above this many bytes of message bodies held in memory, publishers are
+    # blocked (bodies a deep queue keeps only on disk do not count).
     memory_high_watermark_bytes: int = 2 * 1024**3
+    # Each queue keeps up to this many bytes of ready message bodies in memory; beyond it a
+    # durable queue keeps persistent messages on disk only and reads them back in batches
+    # (x-queue-mode=lazy makes it 0 for one queue).
+    queue_memory_budget_bytes: int = 4 * 1024 * 1024
     # Below this much free space on the data directory's disk, publishers are blocked
     # (RabbitMQ's default disk_free_limit is 50 MB).
     disk_free_limit_bytes: int = 50 * 1000 * 1000
@@ -72,3 +77,7 @@ class BrokerConfig:
             raise ValueError(f"channel_max must be 0..65535, got {self.channel_max}")
         if self.heartbeat_s < 0:
             raise ValueError(f"heartbeat_s must be >= 0, got {self.heartbeat_s}")
+        if self.queue_memory_budget_bytes < 0:
+            raise ValueError(
+                f"queue_memory_budget_bytes must be >= 0, got {self.queue_memory_budget_bytes}"
+            )

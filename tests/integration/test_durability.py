@@ -12,6 +12,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
+from kanin.core import queue as queue_module
 from kanin.testing.embedded import EmbeddedBroker, running_broker
 
 pytestmark = pytest.mark.kanin_only
@@ -132,6 +133,42 @@ def test_acked_messages_do_not_come_back_and_unacked_do(tmp_path: Path) -> None:
             bodies.append((got[2], got[0].redelivered))
         assert bodies[0] == (b"4", True)  # requeued at close, then persisted as delivered
         assert [body for body, _ in bodies] == [b"%d" % i for i in range(4, 10)]
+        connection.close()
+
+
+def test_recovered_messages_keep_their_expiry_and_priority(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in RabbitMQ, a message's expiry is a point in time stored with it: one that expired
+    while the broker was down is dead-lettered at start, the others keep their time. The
+    restart happens two minutes later by the wall clock kanin reads."""
+    with running_broker(data_dir=tmp_path) as broker:
+        connection, channel = channel_of(broker)
+        channel.queue_declare("dead", durable=True)
+        arguments = {"x-max-priority": 9, "x-dead-letter-exchange": ""}
+        arguments["x-dead-letter-routing-key"] = "dead"
+        channel.queue_declare("timed", durable=True, arguments=arguments)
+        channel.confirm_delivery()
+        for body, expiration, priority in (
+            (b"in-a-minute", "60000", 0),
+            (b"in-an-hour-low", "3600000", 1),
+            (b"never-high", None, 8),
+        ):
+            properties = pika.BasicProperties(
+                delivery_mode=PERSISTENT, expiration=expiration, priority=priority
+            )
+            channel.basic_publish("", "timed", body, properties)
+        connection.close()
+    real_clock = queue_module.wall_clock_ms
+    monkeypatch.setattr(queue_module, "wall_clock_ms", lambda: real_clock() + 120_000)
+    with running_broker(data_dir=tmp_path) as broker:
+        connection, channel = channel_of(broker)
+        got = [channel.basic_get("timed", auto_ack=True)[2] for _ in range(2)]
+        assert got == [b"never-high", b"in-an-hour-low"]
+        # Expired behind live ones, it goes when it reaches the head, as RabbitMQ does.
+        assert channel.basic_get("timed", auto_ack=True)[0] is None
+        _, properties, body = channel.basic_get("dead", auto_ack=True)
+        assert body == b"in-a-minute" and properties.headers["x-death"][0]["reason"] == "expired"
         connection.close()
 
 

@@ -107,6 +107,9 @@ INVALID: list[tuple[str, Args, str]] = [
         "{unacceptable_type,longstr}",
     ),
     ("x-single-active-consumer", {"x-single-active-consumer": 1}, "{unacceptable_type,signedint}"),
+    ("x-queue-mode", {"x-queue-mode": "weird"}, "\"unsupported queue mode 'weird'\""),
+    ("x-queue-mode", {"x-queue-mode": "Lazy"}, "\"unsupported queue mode 'Lazy'\""),
+    ("x-queue-mode", {"x-queue-mode": 5}, "{unacceptable_type,signedint}"),
 ]
 
 

@@ -1,6 +1,7 @@
 """A stateful property test of the FileStore on a faulty disk (after rabbitmq-server's
 classic_queue_prop_SUITE): random appends, removes, deliveries, commit rounds, clean restarts,
-kill -9 restarts that tear the pending batch, and disk errors, checked against a model.
+kill -9 restarts that tear the pending batch, disk errors, and reading messages back (as a
+deep queue does), checked against a model.
 
 The model tracks each record's fate as PENDING (appended, no round has covered it yet),
 CONFIRMED (a round that covered it reported ok) or UNCERTAIN (its round failed or was torn by
@@ -10,6 +11,9 @@ a crash: it may or may not be on disk). After every restart:
 - anything else may or may not be there, but never in another queue or with other content;
 - no id twice, each queue in id order, redelivered exactly when known to be.
 Whatever a restart shows becomes the model's truth: present means durable from then on.
+And at any moment, a running store reads back every message it still holds exactly as given,
+wherever it is: waiting for its round, on disk, moved by compaction, or never written because
+its round failed.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ from hypothesis.stateful import (
 )
 
 from kanin.store.records import queue_key
-from kanin.store.store import FileStore, StoredMessage
+from kanin.store.store import FileStore
 from kanin.testing.faulty_disk import FaultySegmentLog, faulty_file_store
+from store_harness import StoredMessage, contents_of
 
 T = TypeVar("T")
 QUEUES = [queue_key("/", "a"), queue_key("/", "b"), queue_key("v2", "a")]
@@ -121,7 +126,7 @@ class StoreMachine(RuleBasedStateMachine):
         self.store, self.log = faulty_file_store(
             self.directory, self.loop, segment_bytes=SEGMENT_BYTES
         )
-        return self.store.recover()
+        return contents_of(self.store, self.store.recover())
 
     @property
     def live_in_store(self) -> list[int]:
@@ -256,6 +261,27 @@ class StoreMachine(RuleBasedStateMachine):
             self.store.delivered(tracked.queue, message_id)
             if tracked.delivered is not Status.CONFIRMED:
                 tracked.delivered = Status.PENDING
+
+    @precondition(lambda self: bool(self.live_in_store))
+    @rule(data=st.data())
+    def read_back(self, data: st.DataObject) -> None:
+        """What a deep queue does: read messages it holds back by id, exactly as given."""
+        assert self.store is not None
+        chosen = data.draw(
+            st.lists(st.sampled_from(self.live_in_store), min_size=1, max_size=10, unique=True),
+            label="read",
+        )
+        for queue in QUEUES:
+            ids = [i for i in chosen if self.model[i].queue == queue]
+            ahead = [i for i in self.live_in_store if i not in ids][:8]  # only a hint
+            for message_id, content in zip(ids, self.store.read(queue, ids, ahead), strict=True):
+                tracked = self.model[message_id]
+                assert content is not None, f"id {message_id} cannot be read back"
+                assert (content.exchange, content.routing_key) == (
+                    tracked.exchange,
+                    tracked.routing_key,
+                ), message_id
+                assert (content.header, content.body) == (tracked.header, tracked.body), message_id
 
     @property
     def broken(self) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from kanin.store.records import queue_key
+from kanin.store.store import Content, Recovered
 from store_harness import Q1, Q2, Q3, Harness, Sent, body, expected
 
 
@@ -199,3 +200,57 @@ async def test_random_workload_matches_a_model(harness: Harness, seed: int) -> N
             assert await harness.restart() == expected(list(live.values()), flagged)
     assert await harness.restart() == expected(list(live.values()), flagged)
     assert await harness.restart() == expected(list(live.values()), flagged)
+
+
+# -- reading back (deep queues) ----------------------------------------------------------------
+
+
+def content_of(message: Sent) -> Content:
+    return Content(message.exchange, message.routing_key, message.header, message.body)
+
+
+async def test_read_gives_back_exact_content_before_and_after_commit(harness: Harness) -> None:
+    sent = [
+        harness.enqueue(Q1, body(1)),
+        harness.enqueue(Q1, b"", exchange="", routing_key="", header=b""),
+        harness.enqueue(Q1, os.urandom(50_000), header=os.urandom(3000)),  # spans segments
+        harness.enqueue(Q1, b"caf\xc3\xa9", exchange="caf\u00e9", routing_key="\u2603.#"),
+    ]
+    ids = [m.id for m in sent]
+    # Not yet on disk, then on disk: the same content, in the order asked, duplicates too.
+    assert harness.store.read(Q1, ids) == [content_of(m) for m in sent]
+    assert await harness.commit() is True
+    asked = [ids[3], ids[0], ids[2], ids[0]]
+    assert harness.store.read(Q1, asked) == [content_of(sent[i]) for i in (3, 0, 2, 0)]
+    assert harness.store.read(Q1, []) == []
+
+
+async def test_read_of_a_removed_or_unknown_id_is_none(harness: Harness) -> None:
+    a, b = harness.enqueue(Q1, b"a"), harness.enqueue(Q1, b"b")
+    harness.store.remove(Q1, a.id)
+    assert harness.store.read(Q1, [a.id, b.id, 10_000]) == [None, content_of(b), None]
+    assert await harness.commit() is True
+    assert harness.store.read(Q1, [a.id, b.id, 10_000]) == [None, content_of(b), None]
+
+
+async def test_messages_read_back_after_a_restart_are_intact(harness: Harness) -> None:
+    sent = [harness.enqueue(Q1, body(i, 100 + 37 * i)) for i in range(40)]
+    assert await harness.commit() is True
+    await harness.restart()
+    assert harness.store.read(Q1, [m.id for m in sent]) == [content_of(m) for m in sent]
+
+
+async def test_recover_says_size_priority_expiry_and_redelivered_without_content(
+    harness: Harness,
+) -> None:
+    ids = [
+        harness.store.enqueue(Q1, "x", "rk", b"h", b"12345", priority=9, expires_at_ms=2**40),
+        harness.store.enqueue(Q1, "x", "rk", b"h", b""),
+        harness.store.enqueue(Q2, "x", "rk", b"h", b"abc", priority=255, expires_at_ms=1),
+    ]
+    harness.store.delivered(Q1, ids[1])
+    assert await harness.commit() is True
+    assert await harness.restart_recovered() == {
+        Q1: [Recovered(ids[0], 5, 9, 2**40), Recovered(ids[1], 0, 0, 0, True)],
+        Q2: [Recovered(ids[2], 3, 255, 1)],
+    }

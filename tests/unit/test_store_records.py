@@ -42,6 +42,8 @@ enqueue_records = st.builds(
     routing_key=short_text(),
     header=st.binary(max_size=200),
     body=st.binary(max_size=2000),
+    priority=st.integers(0, 255),
+    expires_at_ms=st.integers(0, 2**64 - 1),
 )
 simple_records = st.builds(
     Record,
@@ -58,7 +60,9 @@ def sample_records() -> list[Record]:
         Record(ENQUEUE, 1, q, "amq.direct", "rk.1", b"\x00\x3c\x00\x00header", b"body one"),
         Record(ENQUEUE, 2, q, "", "orders", b"", b""),
         Record(DELIVERED, 1, q),
-        Record(ENQUEUE, 3, queue_key("vh", "q\u00e9"), "ex", "", b"h" * 300, bytes(range(256))),
+        Record(
+            ENQUEUE, 3, queue_key("vh", "q\u00e9"), "ex", "", b"h" * 300, bytes(range(256)), 9, 77
+        ),
         Record(REMOVE, 2, q),
     ]
 
@@ -86,10 +90,14 @@ def framed(payload: bytes, checksum: int | None = None) -> bytes:
 # -- the file header -------------------------------------------------------------------------
 
 
-def test_file_header_is_magic_then_big_endian_version_one() -> None:
-    assert FILE_HEADER == b"KNLG\x00\x00\x00\x01"
+def test_file_header_is_magic_then_big_endian_version_two() -> None:
+    assert FILE_HEADER == b"KNLG\x00\x00\x00\x02"
     assert records.MAGIC == b"KNLG"
-    assert records.VERSION == 1
+    assert records.VERSION == 2
+    assert records.file_version(FILE_HEADER) == 2
+    assert records.file_version(b"KNLG\x00\x00\x00\x01") == 1
+    for unknown in (b"KNLG\x00\x00\x00\x03", b"KNLX\x00\x00\x00\x02", b"KNLG\x00\x00", b""):
+        assert records.file_version(unknown) is None
 
 
 def test_scan_starts_after_the_file_header_by_default() -> None:
@@ -106,17 +114,54 @@ def test_scan_of_a_header_only_file_yields_nothing() -> None:
 
 
 def test_enqueue_layout_matches_the_documented_format() -> None:
-    record = Record(ENQUEUE, 0x0102030405060708, "/\x00q", "ex", "rk", b"HD", b"BODY")
+    record = Record(ENQUEUE, 0x0102030405060708, "/\x00q", "ex", "rk", b"HD", b"BODY", 7, 0x1234)
     payload = (
         b"\x01"  # type
         + bytes.fromhex("0102030405060708")  # u64 id
+        + b"\x07"  # u8 priority
+        + bytes.fromhex("0000000000001234")  # u64 expires_at_ms
+        + b"\x02\x02"  # u8 exchange and routing key lengths
+        + b"\x00\x00\x00\x02\x00\x00\x00\x04"  # u32 header and body lengths
         + b"\x00\x03/\x00q"  # u16 queue key
-        + b"\x02ex"  # u8 exchange
-        + b"\x02rk"  # u8 routing key
-        + b"\x00\x00\x00\x02HD"  # u32 header
-        + b"\x00\x00\x00\x04BODY"  # u32 body
+        + b"exrkHDBODY"
     )
     assert encode(record) == struct.pack(">II", len(payload), zlib.crc32(payload)) + payload
+
+
+def v1_enqueue(
+    id_: int, queue: str, exchange: str, routing_key: str, header: bytes, body: bytes
+) -> bytes:
+    """An ENQUEUE record as format version 1 wrote it."""
+    fields = [struct.pack(">BQH", ENQUEUE, id_, len(queue.encode())), queue.encode()]
+    for size_format, value in ((">B", exchange.encode()), (">B", routing_key.encode())):
+        fields += [struct.pack(size_format, len(value)), value]
+    for value in (header, body):
+        fields += [struct.pack(">I", len(value)), value]
+    return framed(b"".join(fields))
+
+
+def test_version_one_files_are_still_read_as_priority_zero_never_expiring() -> None:
+    q = queue_key("/", "old")
+    data = (
+        b"KNLG\x00\x00\x00\x01"
+        + v1_enqueue(1, q, "ex", "rk", b"HEAD", b"body one")
+        + encode_simple(DELIVERED, 1, q)
+        + v1_enqueue(2, q, "", "", b"", b"")
+        + encode_simple(REMOVE, 2, q)
+    )
+    assert scanned(data) == [
+        Record(ENQUEUE, 1, q, "ex", "rk", b"HEAD", b"body one"),
+        Record(DELIVERED, 1, q),
+        Record(ENQUEUE, 2, q, "", "", b"", b""),
+        Record(REMOVE, 2, q),
+    ]
+    summaries = list(records.SummaryScan(data))
+    assert [s[1:] for s in summaries] == [
+        (ENQUEUE, 1, q, 0, 0, 8),
+        (DELIVERED, 1, q, 0, 0, 0),
+        (ENQUEUE, 2, q, 0, 0, 0),
+        (REMOVE, 2, q, 0, 0, 0),
+    ]
 
 
 def test_remove_layout_matches_the_documented_format() -> None:
@@ -223,6 +268,11 @@ def test_scan_stops_at_zero_filled_tail() -> None:
     assert scanned(data + bytes(64) + encode(recs[0])) == recs
 
 
+def enqueue_fields(exchange: int = 0, body: int = 0) -> bytes:
+    """The fixed part of a version 2 ENQUEUE payload for a queue key of one byte."""
+    return struct.pack(">BQBQBBIIH", ENQUEUE, 1, 0, 0, exchange, 0, 0, body, 1)
+
+
 @pytest.mark.parametrize(
     "payload",
     [
@@ -230,20 +280,43 @@ def test_scan_stops_at_zero_filled_tail() -> None:
         pytest.param(b"\x02" + (1).to_bytes(8, "big") + b"\x00\x01qX", id="remove-trailing"),
         pytest.param(b"\x02" + (1).to_bytes(8, "big"), id="short-fixed-part"),
         pytest.param(b"\x02" + (1).to_bytes(8, "big") + b"\x00\x02\xff\xfe", id="bad-utf8"),
-        pytest.param(
-            b"\x01" + (1).to_bytes(8, "big") + b"\x00\x01q\x00\x00" + bytes(4) + b"\0\0\0\x09ab",
-            id="enqueue-body-overruns",
-        ),
-        pytest.param(
-            b"\x01" + (1).to_bytes(8, "big") + b"\x00\x01q" + b"\x00\x00" + b"\x00" * 8 + b"!",
-            id="enqueue-trailing",
-        ),
+        pytest.param(enqueue_fields(body=9) + b"qab", id="enqueue-body-overruns"),
+        pytest.param(enqueue_fields() + b"q!", id="enqueue-trailing"),
+        pytest.param(enqueue_fields()[:-2], id="enqueue-short-fixed-part"),
+        pytest.param(enqueue_fields(exchange=2) + b"q\xff\xfe", id="enqueue-bad-utf8-exchange"),
     ],
 )
 def test_scan_stops_at_a_checksummed_but_malformed_record(payload: bytes) -> None:
     recs = sample_records()
-    data, _ = log_bytes(recs[:2])
+    data, offsets = log_bytes(recs[:2])
     assert scanned(data + framed(payload) + encode(recs[2])) == recs[:2]
+    summaries = records.SummaryScan(data + framed(payload) + encode(recs[2]))
+    assert [s[0] for s in summaries] == offsets
+
+
+@given(recs=st.lists(any_record, max_size=12))
+@settings(max_examples=150, deadline=None)
+def test_summaries_say_what_scan_says_without_the_content(recs: list[Record]) -> None:
+    data, _ = log_bytes(recs)
+    expected = [
+        (offset, r.type, r.id, r.queue, r.priority, r.expires_at_ms, len(r.body))
+        for offset, r in scan(data)
+    ]
+    assert list(records.SummaryScan(data)) == expected
+
+
+def test_payload_at_reads_one_whole_record_or_refuses() -> None:
+    recs = sample_records()
+    data, offsets = log_bytes(recs)
+    for record, offset in zip(recs, offsets, strict=True):
+        assert decode(records.payload_at(data, offset)) == record
+    last = offsets[-1]
+    with pytest.raises(records.CorruptRecord):
+        records.payload_at(data[: len(data) - 1], last)  # torn
+    with pytest.raises(records.CorruptRecord):
+        records.payload_at(data, last + 1)  # not a record boundary
+    with pytest.raises(records.CorruptRecord):
+        records.payload_at(data, len(data))
 
 
 @given(recs=st.lists(any_record, min_size=1, max_size=6), data=st.data())
@@ -258,3 +331,4 @@ def test_any_single_byte_corruption_keeps_exactly_the_records_before_it(
     corrupt[position] ^= flip
     hit = max(i for i, offset in enumerate(offsets) if offset <= position)
     assert scanned(bytes(corrupt)) == recs[:hit]
+    assert [s[0] for s in records.SummaryScan(bytes(corrupt))] == offsets[:hit]

@@ -34,21 +34,27 @@ def test_failed_write_is_rolled_back_and_later_writes_survive(
         store = FileStore(tmp_path, asyncio.get_running_loop())
         store.recover()
         outcomes: list[bool] = []
-        store.enqueue(QUEUE, "", "q", b"h", b"before")
+        ids = [store.enqueue(QUEUE, "", "q", b"h", b"before")]
         store.after_commit(outcomes.append)
         await store.committer.drain()
         fail["armed"] = True
-        store.enqueue(QUEUE, "", "q", b"h", b"lost-" + b"x" * 1000)
+        lost = b"lost-" + b"x" * 1000
+        ids.append(store.enqueue(QUEUE, "", "q", b"h", lost))
         store.after_commit(outcomes.append)
         await store.committer.drain()
-        store.enqueue(QUEUE, "", "q", b"h", b"after")
+        ids.append(store.enqueue(QUEUE, "", "q", b"h", b"after"))
         store.after_commit(outcomes.append)
         await store.committer.drain()
         assert outcomes == [True, False, True]  # the failed batch's publishers get a nack
+        # The running broker still holds all three: the undone one from memory, and the one
+        # written after the undo from where it really landed (not where it would have been).
+        read = store.read(QUEUE, ids)
+        assert [c.body if c else None for c in read] == [b"before", lost, b"after"]
         await store.close()
 
         reopened = FileStore(tmp_path, asyncio.get_running_loop())
-        bodies = [m.body for m in reopened.recover()[QUEUE]]
+        recovered = reopened.recover()[QUEUE]
+        bodies = [c.body if c else None for c in reopened.read(QUEUE, [m.id for m in recovered])]
         # The write after the failure is not hidden behind half a record.
         assert bodies == [b"before", b"after"]
         await reopened.close()

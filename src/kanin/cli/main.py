@@ -33,6 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     server.add_argument("--heartbeat", type=int, default=60, help="heartbeat seconds proposed")
     server.add_argument(
+        "--queue-memory-mb",
+        type=float,
+        default=4.0,
+        help="MiB of ready message bodies each queue keeps in memory; a durable queue keeps "
+        "persistent messages beyond that on disk only (default 4)",
+    )
+    server.add_argument(
         "--stats-file",
         type=Path,
         default=None,
@@ -60,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                 data_dir=args.data_dir,
                 heartbeat_s=args.heartbeat,
                 stats_file=args.stats_file,
+                queue_memory_budget_bytes=int(args.queue_memory_mb * 1024 * 1024),
             )
         except ValueError as exc:
             print(f"kanin: {exc}", file=sys.stderr)

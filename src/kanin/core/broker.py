@@ -55,7 +55,9 @@ class Broker:
                 self.users.set_permissions(spec.name, grant.vhost, permission)
 
     def add_vhost(self, name: str) -> VirtualHost:
-        vhost = VirtualHost(name, self.scheduler, self.memory, self.store)
+        vhost = VirtualHost(
+            name, self.scheduler, self.memory, self.store, self.config.queue_memory_budget_bytes
+        )
         vhost.on_queue_deleted = self._cancel_consumers
         vhost.on_definitions_changed = self._definitions_changed
         self.vhosts[name] = vhost

@@ -174,6 +174,7 @@ class Channel:
         else:
             consumer.queue.forget(entry)
         message = entry.message
+        assert message is not None, "a queue hands out messages read back"
         parts = [
             encode_deliver_head(
                 self.id,

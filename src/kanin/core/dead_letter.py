@@ -34,6 +34,7 @@ def dead_letter(vhost: VirtualHost, queue: Queue, entries: list[Entry], reason: 
     if exchange is None:
         return  # RabbitMQ drops the message when its DLX does not exist
     for entry in entries:
+        assert entry.message is not None, "the queue reads paged-out messages back first"
         message = dead_lettered_message(entry.message, queue, reason)
         deaths = message.headers.get("x-death") or []
         for target in vhost.route_keys(exchange, message.routing_keys, message.headers):
@@ -80,6 +81,9 @@ def dead_lettered_message(original: Message, queue: Queue, reason: str) -> Messa
         headers.pop("CC", None)
         routing_key: str = dead_letter_key
         extra_keys: tuple[str, ...] = ()
+    elif original.cc_bcc is None:
+        # Read back from the store: CC is in the headers; BCC was stripped before storing.
+        routing_key, extra_keys = original.routing_key, tuple(_string_list(headers.get("CC")))
     else:
         routing_key, extra_keys = original.routing_key, original.cc_bcc
     properties.headers = headers

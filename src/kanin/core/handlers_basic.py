@@ -116,6 +116,7 @@ def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
         channel.unacked.add(Unacked(tag, queue, entry, None))
         queue.note_delivered(entry)
     message = entry.message
+    assert message is not None, "a queue hands out messages read back"
     channel.send_content(
         build(
             commands.Basic.GetOk,

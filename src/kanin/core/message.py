@@ -4,21 +4,25 @@ from __future__ import annotations
 
 from typing import Any
 
+from kanin.amqp.frames import decode_properties
+
 
 class Message:
     """One published message, shared by every queue it was routed to.
 
     `header_payload` is the content header exactly as the publisher sent it, so a
-    delivery forwards the same bytes; `properties` is its decoded form.
+    delivery forwards the same bytes; `properties` is its decoded form, decoded on
+    first use when not given: a message read back from the store for delivery only
+    forwards the bytes and never pays for decoding them.
     """
 
     __slots__ = (
+        "_properties",
         "body",
         "cc_bcc",
         "exchange",
         "expiration_ms",
         "header_payload",
-        "properties",
         "routing_key",
     )
 
@@ -30,19 +34,27 @@ class Message:
         body: bytes,
         properties: Any,
         expiration_ms: int | None = None,
-        cc_bcc: tuple[str, ...] = (),
+        cc_bcc: tuple[str, ...] | None = (),
     ) -> None:
-        self.cc_bcc = cc_bcc  # sender-selected routing keys; they route the message too
+        # Sender-selected routing keys (CC, BCC); they route the message too. None for a
+        # message read back from the store: its CC keys are in its headers, BCC is gone.
+        self.cc_bcc = cc_bcc
         self.exchange = exchange
         self.expiration_ms = expiration_ms  # the per-message `expiration`, parsed
         self.routing_key = routing_key
         self.header_payload = header_payload
         self.body = body
-        self.properties = properties
+        self._properties = properties
+
+    @property
+    def properties(self) -> Any:
+        if self._properties is None:
+            self._properties = decode_properties(self.header_payload)
+        return self._properties
 
     @property
     def routing_keys(self) -> tuple[str, ...]:
-        return (self.routing_key, *self.cc_bcc)
+        return (self.routing_key, *(self.cc_bcc or ()))
 
     @property
     def persistent(self) -> bool:
@@ -52,15 +64,27 @@ class Message:
     def headers(self) -> dict[str, Any]:
         return self.properties.headers or {}
 
+    @property
+    def priority(self) -> int:
+        """The priority property as queues use it: 0 when absent or nonsense, at most 255."""
+        priority = self.properties.priority
+        return min(priority, 255) if isinstance(priority, int) and priority > 0 else 0
+
 
 class Entry:
-    """A message in one queue. `seq` orders the queue; a requeue goes back to its place."""
+    """A message in one queue. `seq` orders the queue; a requeue goes back to its place.
 
-    __slots__ = ("expires_at", "message", "redelivered", "seq", "stored_id")
+    A paged-out entry has `message` None: the store holds it (`stored_id`) and the queue
+    reads it back before it goes out. What ordering, expiry and counting need stays here.
+    """
 
-    def __init__(self, message: Message, seq: int) -> None:
+    __slots__ = ("expires_at", "message", "redelivered", "seq", "size", "stored_id")
+
+    def __init__(self, message: Message | None, seq: int, size: int = -1) -> None:
         self.message = message
         self.seq = seq
+        self.size = len(message.body) if message is not None else size  # body bytes
+        assert self.size >= 0, "a paged-out entry needs its size"
         self.redelivered = False
         self.stored_id = 0  # id in the message store, 0 when not persisted
         self.expires_at: float | None = None  # scheduler time after which it is dead

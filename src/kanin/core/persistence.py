@@ -9,7 +9,10 @@
 
 from __future__ import annotations
 
+import gc
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,7 +122,8 @@ class Persistence:
         document = definitions.load(self.path)
         if document is not None:
             self._restore_definitions(document)
-        self._restore_messages(all_redelivered=unclean and document is not None)
+        with _gc_paused():
+            self._restore_messages(all_redelivered=unclean and document is not None)
 
     @property
     def clean_marker(self) -> Path:
@@ -193,13 +197,23 @@ class Persistence:
                 )
                 self.store.forget_queue(key, [m.id for m in messages])
                 continue
-            if all_redelivered:
-                for message in messages:
-                    message.redelivered = True
-            queue.restore(messages)
+            queue.restore(messages, all_redelivered)
             total += len(messages)
         if total:
             log.info("recovered %d persistent messages in %d queues", total, len(recovered))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Recovery makes a million long-lived objects in a row: the cyclic GC would walk them
+    again and again (a third of start-up time) and find nothing to free."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _user_declared(exchange: Exchange) -> bool:

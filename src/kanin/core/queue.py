@@ -18,14 +18,27 @@ How this works:
   redeclare) for the period; x-max-length(-bytes) with x-overflow bounds it.
 - Messages leaving for good go through `forget` (memory accounting) and, when the
   queue has a dead-letter exchange, through `on_dead_letter`.
+- Deep queues: ready messages are held in memory up to the queue's memory budget
+  (the broker's `queue_memory_budget_bytes`; 0 with x-queue-mode=lazy). Past it, and
+  for as long as any message is paged out, a persistent message of a durable queue
+  keeps only its Entry (order, expiry, size, store id): the store has the rest. When
+  the head is paged out, the queue reads it back with the paged-out entries behind
+  it in one batch, up to the budget (at least PAGE_IN_BYTES_MIN), so consumers are
+  served from memory and reads come in batches; it names the batch after that to the
+  store, which has the kernel fetch it meanwhile. Dead-lettering reads paged-out
+  messages back in batches too; expiring, purging or deleting them reads nothing.
+  Transient messages, and everything in non-durable queues, stay in memory.
+  Recovered messages start paged out; start-up reads no bodies.
 """
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-from kanin.amqp.frames import decode_properties
 from kanin.core.message import Entry, Message
 from kanin.core.queue_args import QueueArgs
 from kanin.core.ready import FifoReady, PriorityReady, Ready
@@ -36,10 +49,20 @@ if TYPE_CHECKING:
     from kanin.core.exchanges import Binding
     from kanin.core.memory import MemoryMonitor
     from kanin.core.scheduling import Cancellable, Scheduler
-    from kanin.store.store import MessageStore, StoredMessage
+    from kanin.store.store import MessageStore, Recovered
+
+log = logging.getLogger(__name__)
 
 # Deliveries per queue per event-loop turn before yielding to other work.
 DISPATCH_BATCH = 512
+# The broker-wide default of ready message bytes a queue keeps in memory.
+DEFAULT_MEMORY_BUDGET_BYTES = 4 * 1024 * 1024
+# A page-in reads at least this much (so a tiny budget still reads in batches), and at
+# most this many messages (so one read stays short).
+PAGE_IN_BYTES_MIN = 256 * 1024
+PAGE_IN_COUNT_MAX = 1024
+# Paged-out messages read back at a time to be dead-lettered.
+DEAD_LETTER_BATCH = 256
 
 # What Queue.publish did with a message.
 REFUSED, ACCEPTED, STORED = 0, 1, 2
@@ -59,6 +82,7 @@ class Queue:
         arguments: dict[str, Any] | None = None,
         args: QueueArgs | None = None,
         store: MessageStore | None = None,
+        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     ) -> None:
         self.name = name
         self.vhost = vhost
@@ -75,7 +99,10 @@ class Queue:
         self.consumers: list[Consumer] = []
         self.bindings: dict[tuple[Any, ...], Binding] = {}
         self.deleted = False
-        self.ready_bytes = 0
+        self.ready_bytes = 0  # body bytes of every ready message (x-max-length-bytes)
+        self.memory_budget_bytes = 0 if self.args.lazy else memory_budget_bytes
+        self.loaded_bytes = 0  # body bytes of ready messages held in memory
+        self.paged_out = 0  # ready messages whose body is only in the store
         self._scheduler = scheduler
         self._memory = memory
         # Persistent messages of a durable queue go to the store.
@@ -116,7 +143,9 @@ class Queue:
             return REFUSED
         entry = Entry(message, self._next_seq)
         self._next_seq += 1
-        self._memory.add(size)
+        ttl_ms = self._ttl_ms(message)
+        if ttl_ms is not None:
+            entry.expires_at = self._scheduler.time() + ttl_ms / 1000
         result = ACCEPTED
         if self.store is not None and message.persistent:
             entry.stored_id = self.store.enqueue(
@@ -125,23 +154,23 @@ class Queue:
                 message.routing_key,
                 message.header_payload,
                 message.body,
+                priority=message.priority,
+                expires_at_ms=0 if ttl_ms is None else wall_clock_ms() + ttl_ms,
             )
             result = STORED
-        ttl_ms = self._ttl_ms(message)
-        if ttl_ms is not None:
-            entry.expires_at = self._scheduler.time() + ttl_ms / 1000
         if not self.ready and self.consumers:
             # As RabbitMQ: a message reaching an empty queue goes straight to a consumer
             # with room, so it never counts against x-max-length nor waits out a TTL of 0.
             consumer = self._pick_consumer()
             if consumer is not None:
+                self._memory.add(size)
                 consumer.channel.deliver(consumer, entry)
                 return result
         if ttl_ms == 0:
+            self._memory.add(size)
             self.dead_letter([entry], "expired")
             return result
-        self.ready.append(entry)
-        self.ready_bytes += size
+        self._append(entry, message.priority if self.args.max_priority is not None else 0)
         if self.args.has_length_limit:
             self._enforce_length()
         if entry.expires_at is not None:
@@ -150,25 +179,36 @@ class Queue:
             self.schedule_dispatch()
         return result
 
-    def restore(self, messages: list[StoredMessage]) -> None:
-        """Recovered messages, back in order, without writing them again."""
-        for stored in messages:
-            properties = decode_properties(stored.header)
-            message = Message(
-                stored.exchange,
-                stored.routing_key,
-                stored.header,
-                stored.body,
-                properties,
-                None,
-            )
-            entry = Entry(message, self._next_seq)
+    def _append(self, entry: Entry, priority: int) -> None:
+        """A new ready message: held in memory within the budget, else paged out. Once any
+        message is paged out, later ones are too, so memory goes to the head."""
+        size = entry.size
+        if entry.stored_id and (
+            self.paged_out or self.loaded_bytes + size > self.memory_budget_bytes
+        ):
+            entry.message = None
+            self.paged_out += 1
+        else:
+            self._memory.add(size)
+            self.loaded_bytes += size
+        self.ready.append(entry, priority)
+        self.ready_bytes += size
+
+    def restore(self, messages: list[Recovered], all_redelivered: bool = False) -> None:
+        """Recovered messages, back in order and paged out, without writing them again:
+        the first delivery reads the head back. Expiry is the one stored, on the wall clock."""
+        now, wall_ms = self._scheduler.time(), wall_clock_ms()
+        for recovered in messages:
+            entry = Entry(None, self._next_seq, recovered.body_size)
             self._next_seq += 1
-            entry.stored_id = stored.id
-            entry.redelivered = stored.redelivered
-            self._memory.add(len(stored.body))
-            self.ready.append(entry)
-            self.ready_bytes += len(stored.body)
+            entry.stored_id = recovered.id
+            entry.redelivered = recovered.redelivered or all_redelivered
+            if recovered.expires_at_ms:
+                entry.expires_at = now + (recovered.expires_at_ms - wall_ms) / 1000
+            self.ready.append(entry, recovered.priority)
+            self.ready_bytes += recovered.body_size
+        self.paged_out += len(messages)
+        self._arm_ttl()
 
     def reject_publish_dead_letter(self, message: Message) -> None:
         """x-overflow reject-publish-dlx: the refused message is dead-lettered (maxlen)."""
@@ -188,9 +228,11 @@ class Queue:
                 self.forget(entry)
             return
         for entry in entries:
+            assert entry.message is not None, "only delivered messages come back"
             entry.redelivered = True
-            self.ready.requeue(entry)
-            self.ready_bytes += len(entry.message.body)
+            self.ready.requeue(entry)  # delivered, so in memory: it stays there
+            self.ready_bytes += entry.size
+            self.loaded_bytes += entry.size
         if self.args.has_length_limit and not self.args.rejects_publish:
             self._enforce_length()  # RabbitMQ drops from the head, requeued ones included
         self._arm_ttl()
@@ -226,19 +268,85 @@ class Queue:
     # -- messages out -------------------------------------------------------------------
 
     def take(self) -> Entry | None:
-        """Remove and return the next live message in order, or None."""
-        self._expire_head()
-        return self._pop()
+        """Remove and return the next live message in order, in memory, or None."""
+        while True:
+            self._expire_head()
+            self._page_in()
+            entry = self._pop()
+            if entry is None or entry.message is not None:
+                return entry
+            log.error("%r: message %d could not be read back; dropped", self, entry.stored_id)
+            self.forget(entry)
 
     def _pop(self) -> Entry | None:
         entry = self.ready.pop()
         if entry is not None:
-            self.ready_bytes -= len(entry.message.body)
+            self.ready_bytes -= entry.size
+            if entry.message is None:
+                self.paged_out -= 1
+            else:
+                self.loaded_bytes -= entry.size
         return entry
+
+    def _page_in(self) -> None:
+        """If the next message is paged out, read it back with the paged-out messages right
+        behind it: as many bytes as the budget has room for, but PAGE_IN_BYTES_MIN even when
+        it has none, and at most PAGE_IN_COUNT_MAX messages. The store is told which come
+        after those, to fetch them ahead of the consumers."""
+        if not self.paged_out:
+            return
+        fifo = self.ready.head_fifo()
+        head = fifo.peek() if fifo is not None else None
+        if fifo is None or head is None or head.message is not None:
+            return
+        room = max(self.memory_budget_bytes - self.loaded_bytes, PAGE_IN_BYTES_MIN)
+        batch: list[Entry] = []
+        ahead: list[int] = []
+        batch_bytes, full = 0, False
+        for entry in islice(fifo.upcoming(), 2 * PAGE_IN_COUNT_MAX):
+            if entry.message is not None:
+                continue
+            full = full or len(batch) == PAGE_IN_COUNT_MAX or batch_bytes + entry.size > room
+            if full and batch:
+                ahead.append(entry.stored_id)
+                if len(ahead) == len(batch):
+                    break
+            else:
+                batch.append(entry)
+                batch_bytes += entry.size
+        for entry in self._load(batch, ahead):
+            self.paged_out -= 1
+            self.loaded_bytes += entry.size
+
+    def _load(self, entries: list[Entry], ahead: list[int] | None = None) -> list[Entry]:
+        """Read paged-out messages back from the store; returns those that came back (the
+        others stay paged out: the disk lost them, and they are dropped at the head)."""
+        if not entries:
+            return []
+        assert self.store is not None, "only a durable queue pages messages out"
+        ids = [entry.stored_id for entry in entries]
+        contents = self.store.read(self.store_key, ids, ahead or ())
+        loaded = []
+        for entry, content in zip(entries, contents, strict=True):
+            if content is None:
+                continue
+            entry.message = Message(
+                content.exchange,
+                content.routing_key,
+                content.header,
+                content.body,
+                None,
+                None,
+                None,
+            )
+            self._memory.add(entry.size)
+            loaded.append(entry)
+        return loaded
 
     def forget(self, entry: Entry) -> None:
         """The message left this queue for good (acked, dropped, delivered without ack)."""
-        self._memory.release(len(entry.message.body))
+        if entry.message is not None:
+            self._memory.release(entry.size)
         if entry.stored_id and self.store is not None:
             self.store.remove(self.store_key, entry.stored_id)
             entry.stored_id = 0
@@ -249,12 +357,18 @@ class Queue:
             self.store.delivered(self.store_key, entry.stored_id)
 
     def dead_letter(self, entries: list[Entry], reason: str) -> None:
-        """Messages leave for good, to the dead-letter exchange if the queue has one."""
-        for entry in entries:
-            self.forget(entry)
+        """Messages leave for good, to the dead-letter exchange if the queue has one. Paged-out
+        ones are read back for that a batch at a time, so memory stays bounded."""
         dlx = self.args.dead_letter_exchange
-        if dlx is not None and self.on_dead_letter is not None and not self.deleted:
-            self.on_dead_letter(self, entries, reason)
+        publish = dlx is not None and self.on_dead_letter is not None and not self.deleted
+        for start in range(0, len(entries), DEAD_LETTER_BATCH):
+            batch = entries[start : start + DEAD_LETTER_BATCH]
+            if publish:
+                self._load([entry for entry in batch if entry.message is None])
+            for entry in batch:
+                self.forget(entry)
+            if publish and self.on_dead_letter is not None:
+                self.on_dead_letter(self, [e for e in batch if e.message is not None], reason)
 
     def purge(self) -> int:
         count = self.message_count
@@ -263,8 +377,8 @@ class Queue:
                 if entry.stored_id:
                     self.store.remove(self.store_key, entry.stored_id)
         self.ready.clear()
-        self._memory.release(self.ready_bytes)
-        self.ready_bytes = 0
+        self._memory.release(self.loaded_bytes)
+        self.ready_bytes = self.loaded_bytes = self.paged_out = 0
         return count
 
     # -- message TTL --------------------------------------------------------------------
@@ -405,3 +519,8 @@ class Queue:
         if best is not None:
             self._rr = (best_index + 1) % count
         return best
+
+
+def wall_clock_ms() -> int:
+    """UNIX time in ms: stored expiry must mean the same after a restart, unlike loop time."""
+    return int(time.time() * 1000)

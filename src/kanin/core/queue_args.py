@@ -1,6 +1,6 @@
 """Queue arguments (x-message-ttl, x-expires, dead-lettering, length limits,
-x-max-priority, x-single-active-consumer): parsed once at declare, validated as
-RabbitMQ 3.10 validates them, and refused with 406 in its words.
+x-max-priority, x-single-active-consumer, x-queue-mode): parsed once at declare,
+validated as RabbitMQ 3.10 validates them, and refused with 406 in its words.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from kanin.amqp.errors import ChannelError
 from kanin.core.field_values import wire_type_name
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
+QUEUE_MODES = ("default", "lazy")
 MAX_PRIORITY = 255
 # RabbitMQ 3.10's bound on x-message-ttl, x-expires and per-message expiration: ten years.
 MAX_TTL_MS = 315_360_000_000
@@ -29,6 +30,8 @@ class QueueArgs:
     overflow: str = "drop-head"
     max_priority: int | None = None
     single_active_consumer: bool = False
+    # x-queue-mode=lazy: persistent messages go to disk at once (a memory budget of 0).
+    lazy: bool = False
 
     @property
     def rejects_publish(self) -> bool:
@@ -112,6 +115,9 @@ def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> Queue
     dlrk = check.string("x-dead-letter-routing-key")
     if dlrk is not None and dlx is None:
         raise check.fail("x-dead-letter-routing-key", "routing_key_but_no_dlx_defined")
+    mode = check.string("x-queue-mode") or "default"
+    if mode not in QUEUE_MODES:
+        raise check.fail("x-queue-mode", f"\"unsupported queue mode '{mode}'\"")
     sac = arguments.get("x-single-active-consumer", False)
     if not isinstance(sac, bool):
         raise check.fail("x-single-active-consumer", f"{{unacceptable_type,{wire_type_name(sac)}}}")
@@ -127,4 +133,5 @@ def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> Queue
             "x-max-priority", maximum=MAX_PRIORITY, max_error="max_value_exceeded"
         ),
         single_active_consumer=sac,
+        lazy=mode == "lazy",
     )

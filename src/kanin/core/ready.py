@@ -1,11 +1,17 @@
 """The ready messages of one queue, in delivery order.
 
-Two shapes behind one small interface (append, requeue, peek, pop, len, clear):
+Two shapes behind one small interface (append, requeue, peek, pop, head_fifo,
+len, iter, clear):
 - FifoReady: a deque of never-delivered messages in sequence order plus a heap of
   requeued ones; the next message is the smaller-sequence head of the two, so a
   requeued message regains its original place (RabbitMQ classic queue behaviour).
-- PriorityReady (x-max-priority): one heap keyed by (-priority, sequence): higher
-  priority first, FIFO within a priority, requeued messages back in their place.
+- PriorityReady (x-max-priority): one FifoReady per priority level, highest first,
+  as RabbitMQ's priority queues keep one queue per priority: FIFO within a level,
+  requeued messages back in their place.
+
+An entry may be paged out (its message dropped, the store keeps it): ordering never
+needs the message. Page-in looks ahead in the FIFO the next message comes from
+(`head_fifo().upcoming()`); requeued entries were delivered, so they are in memory.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ class FifoReady:
         yield from self._fresh
         yield from self._returned
 
-    def append(self, entry: Entry) -> None:
+    def append(self, entry: Entry, priority: int = 0) -> None:
         self._fresh.append(entry)
 
     def requeue(self, entry: Entry) -> None:
@@ -47,6 +53,13 @@ class FifoReady:
             return heapq.heappop(returned)
         return fresh.popleft() if fresh else None
 
+    def head_fifo(self) -> FifoReady | None:
+        return self if self else None
+
+    def upcoming(self) -> Iterator[Entry]:
+        """Never-delivered entries from the head on, in order (page-in reads ahead here)."""
+        return iter(self._fresh)
+
     def clear(self) -> None:
         self._fresh.clear()
         self._returned.clear()
@@ -55,34 +68,52 @@ class FifoReady:
 class PriorityReady:
     def __init__(self, max_priority: int) -> None:
         self.max_priority = max_priority
-        self._heap: list[tuple[int, int, Entry]] = []
+        self._levels = [FifoReady() for _ in range(max_priority + 1)]
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return self._count
 
     def __iter__(self) -> Iterator[Entry]:
-        return (item[2] for item in self._heap)
+        for level in self._levels:
+            yield from level
 
-    def _key(self, entry: Entry) -> tuple[int, int, Entry]:
-        priority = entry.message.properties.priority
-        if not isinstance(priority, int) or priority < 0:
-            priority = 0
+    def _level(self, priority: int) -> FifoReady:
         # Above the maximum counts as the maximum, as in RabbitMQ.
-        return (-min(priority, self.max_priority), entry.seq, entry)
+        return self._levels[min(max(priority, 0), self.max_priority)]
 
-    def append(self, entry: Entry) -> None:
-        heapq.heappush(self._heap, self._key(entry))
+    def append(self, entry: Entry, priority: int = 0) -> None:
+        self._level(priority).append(entry)
+        self._count += 1
 
-    requeue = append
+    def requeue(self, entry: Entry) -> None:
+        assert entry.message is not None, "a requeued message was delivered, so it is loaded"
+        self._level(entry.message.priority).requeue(entry)
+        self._count += 1
+
+    def head_fifo(self) -> FifoReady | None:
+        if not self._count:
+            return None
+        for level in reversed(self._levels):
+            if level:
+                return level
+        raise AssertionError("count says there are messages, but no level has any")
 
     def peek(self) -> Entry | None:
-        return self._heap[0][2] if self._heap else None
+        fifo = self.head_fifo()
+        return fifo.peek() if fifo is not None else None
 
     def pop(self) -> Entry | None:
-        return heapq.heappop(self._heap)[2] if self._heap else None
+        fifo = self.head_fifo()
+        if fifo is None:
+            return None
+        self._count -= 1
+        return fifo.pop()
 
     def clear(self) -> None:
-        self._heap.clear()
+        for level in self._levels:
+            level.clear()
+        self._count = 0
 
 
 Ready = FifoReady | PriorityReady

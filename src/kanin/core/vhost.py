@@ -26,7 +26,7 @@ from kanin.core.exchanges.headers import check_x_match
 from kanin.core.field_values import same_field_value, wire_type_name
 from kanin.core.memory import MemoryMonitor
 from kanin.core.message import Entry
-from kanin.core.queue import Queue
+from kanin.core.queue import DEFAULT_MEMORY_BUDGET_BYTES, Queue
 from kanin.core.queue_args import KNOWN_ARGUMENTS, parse_queue_args
 from kanin.core.scheduling import Scheduler
 
@@ -53,11 +53,13 @@ class VirtualHost:
         scheduler: Scheduler,
         memory: MemoryMonitor,
         store: MessageStore | None = None,
+        queue_memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     ) -> None:
         self.name = name
         self.scheduler = scheduler
         self.memory = memory
         self.store = store
+        self.queue_memory_budget_bytes = queue_memory_budget_bytes
         # Called when a durable definition changes, so it can be saved.
         self.on_definitions_changed: Callable[[], None] | None = None
         self.queues: dict[str, Queue] = {}
@@ -263,6 +265,7 @@ class VirtualHost:
             arguments=arguments,
             args=args,
             store=self.store,
+            memory_budget_bytes=self.queue_memory_budget_bytes,
         )
         queue.on_unused = self._auto_delete_queue
         queue.on_dead_letter = self._dead_letter

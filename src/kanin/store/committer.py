@@ -9,6 +9,9 @@ How this works (after LavinMQ's persister and the classic group-commit idea):
   ends: under load, batches grow by themselves.
 - `after_commit(callback)` runs callback(True) once everything appended before it
   is on disk, or callback(False) if the write failed (the publisher gets a nack).
+- A chunk appended with a message id is reported to `on_written` with the offset at
+  which it landed, after a successful round and before its waiters run: that is how
+  the store learns where to read a message back.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from kanin.store.segments import SegmentLog
 log = logging.getLogger(__name__)
 
 Waiter = Callable[[bool], None]
+# (message id, segment, offset) of each chunk appended with a message id.
+Landed = list[tuple[int, int, int]]
 
 
 class GroupCommitter:
@@ -31,20 +36,24 @@ class GroupCommitter:
         self._loop = loop
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kanin-fsync")
         self._chunks: list[tuple[int, bytes]] = []
+        self._chunk_ids: list[int] = []  # per chunk: the message id it carries, or 0
         self._waiters: list[Waiter] = []
         self._deletes: list[int] = []
         self._running = False
         self._kick_scheduled = False
+        self._closed = False
         self.rounds = 0
         self.records_committed = 0
         self.failed = False  # the last round failed: the disk is in trouble
+        self.on_written: Callable[[Landed], None] | None = None
 
     @property
     def idle(self) -> bool:
         return not (self._running or self._chunks or self._waiters or self._deletes)
 
-    def append(self, segment: int, data: bytes) -> None:
+    def append(self, segment: int, data: bytes, message_id: int = 0) -> None:
         self._chunks.append((segment, data))
+        self._chunk_ids.append(message_id)
         self._kick()
 
     def after_commit(self, waiter: Waiter) -> None:
@@ -62,28 +71,32 @@ class GroupCommitter:
 
     def _start_round(self) -> None:
         self._kick_scheduled = False
-        if self._running or self.idle:
-            return
+        if self._running or self.idle or self._closed:
+            return  # closed: what is still appended is lost, as in a crash
         chunks, self._chunks = self._chunks, []
+        ids, self._chunk_ids = self._chunk_ids, []
         waiters, self._waiters = self._waiters, []
         deletes, self._deletes = self._deletes, []
         self._running = True
         future = self._loop.run_in_executor(self._executor, self._write, chunks, deletes)
-        records = len(chunks)
-        future.add_done_callback(lambda done: self._finish_round(done, waiters, records))
+        future.add_done_callback(lambda done: self._finish_round(done, waiters, chunks, ids))
 
-    def _write(self, chunks: list[tuple[int, bytes]], deletes: list[int]) -> None:
-        if chunks:
-            self._segments.write(chunks)
+    def _write(self, chunks: list[tuple[int, bytes]], deletes: list[int]) -> list[int]:
+        offsets = self._segments.write(chunks) if chunks else []
         for segment in deletes:
             self._segments.delete(segment)
+        return offsets
 
     def _finish_round(
-        self, done: asyncio.Future[None], waiters: list[Waiter], records: int
+        self,
+        done: asyncio.Future[list[int]],
+        waiters: list[Waiter],
+        chunks: list[tuple[int, bytes]],
+        ids: list[int],
     ) -> None:
         self._running = False
         self.rounds += 1
-        self.records_committed += records
+        self.records_committed += len(chunks)
         ok = done.exception() is None
         if not ok:
             log.error("message store write failed: %s", done.exception())
@@ -91,6 +104,15 @@ class GroupCommitter:
         if not ok:
             # Waiters that joined during this round cover its lost records too.
             waiters, self._waiters = waiters + self._waiters, []
+        elif self.on_written is not None:
+            offsets = done.result()
+            landed = [
+                (message_id, chunks[i][0], offsets[i])
+                for i, message_id in enumerate(ids)
+                if message_id
+            ]
+            if landed:
+                self.on_written(landed)
         for waiter in waiters:
             waiter(ok)
         self._kick()
@@ -108,5 +130,6 @@ class GroupCommitter:
             await finished
 
     def close(self) -> None:
+        self._closed = True
         self._executor.shutdown(wait=True)
         self._segments.close()

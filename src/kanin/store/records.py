@@ -1,18 +1,27 @@
 """The record format of kanin's message log. Pure: no I/O.
 
 Every segment file starts with an 8-byte header: the magic b"KNLG" and a
-big-endian u32 format version (1). Records follow back to back:
+big-endian u32 format version (2; files of version 1 are still read). Records
+follow back to back:
 
     u32 length   number of bytes after the checksum (type .. end of record)
     u32 crc32    zlib.crc32 of those bytes
     u8  type     1 = ENQUEUE, 2 = REMOVE, 3 = DELIVERED
     u64 id       the message's id in this store (unique, increasing)
+    ENQUEUE only, fixed-size first so that start-up reads all it needs in one unpack
+    and never touches the variable part:
+    u8  priority       the publisher's priority property (0 when absent)
+    u64 expires_at_ms  UNIX time in ms after which the message is dead; 0 = never
+    u8  exchange length
+    u8  routing key length
+    u32 header length  (the content header payload exactly as published)
+    u32 body length
     u16 n, n bytes   queue key: vhost, NUL, queue name (UTF-8)
-    ENQUEUE only:
-    u8  n, n bytes   exchange name
-    u8  n, n bytes   routing key
-    u32 n, n bytes   the content header payload exactly as published
-    u32 n, n bytes   the body
+    ENQUEUE only: exchange, routing key, header, body (the lengths above)
+
+Version 1 had no priority or expiry, and the ENQUEUE lengths sat each before its
+field, after the queue key; REMOVE and DELIVERED are the same in both versions. A
+version 1 ENQUEUE reads as priority 0, never expiring.
 
 A record is valid only if its whole length is present and its checksum matches.
 Recovery stops reading a file at the first invalid record: what follows is a torn
@@ -27,15 +36,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 MAGIC = b"KNLG"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 FILE_HEADER = MAGIC + struct.pack(">I", VERSION)
+FILE_HEADER_BYTES = len(FILE_HEADER)
 
 ENQUEUE = 1
 REMOVE = 2
 DELIVERED = 3
 
-_PREFIX = struct.Struct(">II")
-_FIXED = struct.Struct(">BQH")
+PREFIX = struct.Struct(">II")
+_SIMPLE = struct.Struct(">BQH")  # type, id, queue key length
+_ENQUEUE = struct.Struct(">BQBQBBIIH")  # type, id, priority, expiry, 4 lengths, queue length
+_FRAMED_ENQUEUE = struct.Struct(">II" + _ENQUEUE.format[1:])  # with the length and checksum
 _U8 = struct.Struct(">B")
 _U32 = struct.Struct(">I")
 # A record longer than this is corruption, not data (messages are capped far below).
@@ -51,6 +64,13 @@ class Record:
     routing_key: str = ""
     header: bytes = b""
     body: bytes = b""
+    priority: int = 0
+    expires_at_ms: int = 0
+
+
+# What start-up needs from one record, without copying its body:
+# (offset in the file, type, id, queue key, priority, expires_at_ms, body size).
+Summary = tuple[int, int, int, str, int, int, int]
 
 
 def queue_key(vhost: str, queue: str) -> str:
@@ -59,45 +79,66 @@ def queue_key(vhost: str, queue: str) -> str:
 
 def encode(record: Record) -> bytes:
     queue = record.queue.encode()
-    parts = [_FIXED.pack(record.type, record.id, len(queue)), queue]
-    if record.type == ENQUEUE:
-        exchange, routing_key = record.exchange.encode(), record.routing_key.encode()
-        parts += (
-            _U8.pack(len(exchange)),
-            exchange,
-            _U8.pack(len(routing_key)),
-            routing_key,
-            _U32.pack(len(record.header)),
-            record.header,
-            _U32.pack(len(record.body)),
-            record.body,
-        )
-    payload = b"".join(parts)
-    return _PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+    if record.type != ENQUEUE:
+        payload = _SIMPLE.pack(record.type, record.id, len(queue)) + queue
+        return PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+    exchange, routing_key = record.exchange.encode(), record.routing_key.encode()
+    fixed = _ENQUEUE.pack(
+        ENQUEUE,
+        record.id,
+        record.priority,
+        record.expires_at_ms,
+        len(exchange),
+        len(routing_key),
+        len(record.header),
+        len(record.body),
+        len(queue),
+    )
+    payload = b"".join((fixed, queue, exchange, routing_key, record.header, record.body))
+    return PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
 
 
 def encode_simple(type_: int, id_: int, queue: str) -> bytes:
     """REMOVE and DELIVERED records, without building a Record (hot path)."""
     encoded = queue.encode()
-    payload = _FIXED.pack(type_, id_, len(encoded)) + encoded
-    return _PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+    payload = _SIMPLE.pack(type_, id_, len(encoded)) + encoded
+    return PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
 
 
 class CorruptRecord(Exception):
     """The bytes at this offset are not a whole, valid record."""
 
 
-def decode(payload: bytes) -> Record:
-    type_, id_, queue_len = _FIXED.unpack_from(payload)
-    offset = _FIXED.size
-    queue = payload[offset : offset + queue_len].decode()
-    offset += queue_len
+def decode(payload: bytes, version: int = VERSION) -> Record:
+    """The record in a checksummed payload (the bytes after length and checksum)."""
+    type_ = payload[0] if payload else 0
     if type_ in (REMOVE, DELIVERED):
-        if offset != len(payload):
-            raise CorruptRecord("trailing bytes")
-        return Record(type_, id_, queue)
+        _, id_, queue_len = _SIMPLE.unpack_from(payload)
+        if _SIMPLE.size + queue_len != len(payload):
+            raise CorruptRecord("record length does not match its fields")
+        return Record(type_, id_, payload[_SIMPLE.size :].decode())
     if type_ != ENQUEUE:
         raise CorruptRecord(f"unknown record type {type_}")
+    if version == 1:
+        return _decode_enqueue_v1(payload)
+    _, id_, priority, expiry, *sizes, queue_len = _ENQUEUE.unpack_from(payload)
+    if _ENQUEUE.size + queue_len + sum(sizes) != len(payload):
+        raise CorruptRecord("record length does not match its fields")
+    offset = _ENQUEUE.size + queue_len
+    fields = []
+    for size in sizes:
+        fields.append(payload[offset : offset + size])
+        offset += size
+    exchange, routing_key, header, body = fields
+    queue = payload[_ENQUEUE.size : _ENQUEUE.size + queue_len].decode()
+    return Record(
+        ENQUEUE, id_, queue, exchange.decode(), routing_key.decode(), header, body, priority, expiry
+    )
+
+
+def _decode_enqueue_v1(payload: bytes) -> Record:
+    _, id_, queue_len = _SIMPLE.unpack_from(payload)
+    offset = _SIMPLE.size + queue_len
     fields: list[bytes] = []
     for size_struct in (_U8, _U8, _U32, _U32):
         (size,) = size_struct.unpack_from(payload, offset)
@@ -107,33 +148,166 @@ def decode(payload: bytes) -> Record:
     if offset != len(payload):
         raise CorruptRecord("record length does not match its fields")
     exchange, routing_key, header, body = fields
-    return Record(type_, id_, queue, exchange.decode(), routing_key.decode(), header, body)
+    queue = payload[_SIMPLE.size : _SIMPLE.size + queue_len].decode()
+    return Record(ENQUEUE, id_, queue, exchange.decode(), routing_key.decode(), header, body)
 
 
-def scan(data: bytes, start: int = len(FILE_HEADER)) -> Iterator[tuple[int, Record]]:
-    """(offset, record) for every valid record from `start`; stops at the first bad one.
+def file_version(data: bytes) -> int | None:
+    """The format version named by a file's header, or None if it is not one we read."""
+    if len(data) < FILE_HEADER_BYTES or not data.startswith(MAGIC):
+        return None
+    (version,) = _U32.unpack_from(data, len(MAGIC))
+    return int(version) if version in READABLE_VERSIONS else None
 
-    After the loop, the caller knows the valid prefix ends at the last offset yielded
-    plus that record's size; `valid_end` computes it.
-    """
-    offset = start
-    end = len(data)
-    while offset + _PREFIX.size <= end:
-        length, checksum = _PREFIX.unpack_from(data, offset)
-        record_end = offset + _PREFIX.size + length
-        if length > MAX_RECORD_BYTES or record_end > end:
-            return
-        payload = data[offset + _PREFIX.size : record_end]
-        if zlib.crc32(payload) != checksum:
-            return
+
+def scan(data: bytes) -> Iterator[tuple[int, Record]]:
+    """(offset, record) for every valid record of a whole segment file; stops at the first
+    bad one. Nothing for a file whose header is not one we read."""
+    version = file_version(data)
+    if version is None:
+        return
+    for offset, payload in _payloads(data):
         try:
-            record = decode(payload)
+            record = decode(payload, version)
         except (CorruptRecord, struct.error, UnicodeDecodeError):
             return
         yield offset, record
+
+
+class SummaryScan:
+    """The Summary of every valid record of a whole segment file, stopping where `scan` would
+    on torn or corrupt data; once iterated, `valid_end` is where the valid records end.
+    Start-up's fast path: no Record, no copy of any body, one unpack per ENQUEUE."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.valid_end = FILE_HEADER_BYTES
+
+    def __iter__(self) -> Iterator[Summary]:
+        data = self.data
+        version = file_version(data)
+        if version is None:
+            return
+        view, end, offset = memoryview(data), len(data), FILE_HEADER_BYTES
+        unpack_enqueue, unpack_prefix, crc32 = (
+            _FRAMED_ENQUEUE.unpack_from,
+            PREFIX.unpack_from,
+            zlib.crc32,
+        )
+        # Most records name the same queue, exchange and routing key as the one before:
+        # compare those bytes in place instead of slicing and decoding them every time.
+        last_names, last_queue_len, last_ex_len, queue = b"", -1, -1, ""
+        try:
+            while offset + PREFIX.size <= end:
+                # The common record, an ENQUEUE, is read whole in one unpack (its fields are
+                # used only once the checksum has passed): this runs once per message.
+                fast = (
+                    version == VERSION
+                    and offset + _FRAMED_ENQUEUE.size <= end
+                    and data[offset + PREFIX.size] == ENQUEUE
+                )
+                if fast:
+                    (
+                        length,
+                        checksum,
+                        _,
+                        id_,
+                        priority,
+                        expiry,
+                        ex_len,
+                        rk_len,
+                        header,
+                        body,
+                        queue_len,
+                    ) = unpack_enqueue(data, offset)
+                else:
+                    length, checksum = unpack_prefix(data, offset)
+                start = offset + PREFIX.size
+                record_end = start + length
+                if length > MAX_RECORD_BYTES or record_end > end:
+                    return
+                if crc32(view[start:record_end]) != checksum:
+                    return
+                if fast and length >= _ENQUEUE.size:
+                    names_start = start + _ENQUEUE.size
+                    names_end = names_start + queue_len + ex_len + rk_len
+                    if names_end + header + body != record_end:
+                        return
+                    if (
+                        queue_len != last_queue_len
+                        or ex_len != last_ex_len
+                        or names_end - names_start != len(last_names)
+                        or not data.startswith(last_names, names_start)
+                    ):
+                        queue = _names(data, names_start, queue_len, ex_len, rk_len)
+                        last_names = data[names_start:names_end]
+                        last_queue_len, last_ex_len = queue_len, ex_len
+                    summary = (offset, ENQUEUE, id_, queue, priority, expiry, body)
+                else:
+                    summary = _summary(data, offset, record_end, version)
+                yield summary
+                offset = record_end
+        except (CorruptRecord, struct.error, UnicodeDecodeError):
+            return
+        finally:
+            self.valid_end = offset
+
+
+def _names(data: bytes, start: int, queue_len: int, ex_len: int, rk_len: int) -> str:
+    """The queue key of an ENQUEUE; UnicodeDecodeError if it, its exchange or its routing
+    key is not UTF-8, as decode() would raise."""
+    exchange_start = start + queue_len
+    data[exchange_start : exchange_start + ex_len].decode()
+    data[exchange_start + ex_len : exchange_start + ex_len + rk_len].decode()
+    return data[start:exchange_start].decode()
+
+
+def _summary(data: bytes, offset: int, record_end: int, version: int) -> Summary:
+    """The slow path of SummaryScan: REMOVE, DELIVERED and version 1 ENQUEUE records."""
+    start = offset + PREFIX.size
+    type_ = data[start] if start < record_end else 0
+    if type_ == ENQUEUE:
+        record = decode(data[start:record_end], version)
+        summary = (record.priority, record.expires_at_ms, len(record.body))
+        return (offset, ENQUEUE, record.id, record.queue, *summary)
+    if type_ not in (REMOVE, DELIVERED):
+        raise CorruptRecord(f"unknown record type {type_}")
+    _, id_, queue_len = _SIMPLE.unpack_from(data, start)
+    if start + _SIMPLE.size + queue_len != record_end:
+        raise CorruptRecord("record length does not match its fields")
+    return (offset, type_, id_, data[start + _SIMPLE.size : record_end].decode(), 0, 0, 0)
+
+
+def _payloads(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """(offset, checksummed payload) of each whole record after the file header."""
+    offset, end = FILE_HEADER_BYTES, len(data)
+    while offset + PREFIX.size <= end:
+        length, checksum = PREFIX.unpack_from(data, offset)
+        record_end = offset + PREFIX.size + length
+        if length > MAX_RECORD_BYTES or record_end > end:
+            return
+        payload = data[offset + PREFIX.size : record_end]
+        if zlib.crc32(payload) != checksum:
+            return
+        yield offset, payload
         offset = record_end
+
+
+def payload_at(data: bytes, offset: int) -> bytes:
+    """The checksummed payload of the whole record at `offset` in `data`; CorruptRecord if
+    it is torn, fails its checksum or runs past the end of `data`."""
+    if offset + PREFIX.size > len(data):
+        raise CorruptRecord("no record here")
+    length, checksum = PREFIX.unpack_from(data, offset)
+    start = offset + PREFIX.size
+    if length > MAX_RECORD_BYTES or start + length > len(data):
+        raise CorruptRecord("record runs past the data")
+    payload = data[start : start + length]
+    if zlib.crc32(payload) != checksum:
+        raise CorruptRecord("checksum mismatch")
+    return payload
 
 
 def record_size(data: bytes, offset: int) -> int:
     (length,) = _U32.unpack_from(data, offset)
-    return _PREFIX.size + int(length)
+    return PREFIX.size + int(length)

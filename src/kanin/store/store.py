@@ -1,51 +1,89 @@
 """The message store as the broker sees it: one small interface, two implementations.
 
 - `enqueue` records a persistent message in a durable queue and returns its id;
+- `read` gives back the content of messages by id: a deep queue keeps only ids for
+  the messages beyond its memory budget and reads them back, a batch at a time, naming
+  the ones it will want next (`ahead`) so FileStore can have the kernel fetch them;
 - `remove` records that it left the queue (acked, dropped, expired, purged);
 - `delivered` notes a delivery, so a message recovered after a crash comes back
   with redelivered=true (written lazily: nobody waits for it);
 - `after_commit` runs a callback once everything recorded so far is durable:
   publisher confirms and tx.commit wait on it, nothing else does;
-- `recover` returns, per queue, the messages still in it, in order.
+- `recover` returns, per queue, the messages still in it, in order, as what the queue
+  needs to order, expire, prioritise and count them (Recovered): never their bodies.
 
 FileStore keeps them in the segmented log (segments.py) through the group committer;
 MemoryStore keeps nothing on disk and is what a broker without durability, and the
 shared store test suite, use. Both run `after_commit` callbacks on a later loop turn.
+
+How FileStore finds a message again: `_where` maps each live id to its location,
+segment << 32 | offset. Until the committer reports the record on disk the offset is 0
+and the record's bytes stay in `_pending` (reads are served from there); after a failed
+round they stay there for good, since the record never reached the disk. Compaction
+points a moved message at its copy only once the copy is on disk, and a segment is
+deleted only when nothing live is in it, so a location never names a deleted file.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from kanin.store import records
-from kanin.store.committer import GroupCommitter
-from kanin.store.segments import SegmentLog
+from kanin.store.committer import GroupCommitter, Landed
+from kanin.store.segments import READ_GAP_BYTES, SegmentLog
 
 log = logging.getLogger(__name__)
 
 Waiter = Callable[[bool], None]
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+# A location packs the segment above the offset; offsets fit 32 bits because a segment
+# is closed once it passes segment_bytes (at most 2 GiB) plus one record (at most 2 GiB).
+_SEGMENT_SHIFT = 32
+_OFFSET_MASK = (1 << _SEGMENT_SHIFT) - 1
+MAX_SEGMENT_BYTES = 1 << 31
 
 
-@dataclass
-class StoredMessage:
-    id: int
+@dataclass(frozen=True, slots=True)
+class Content:
+    """What a delivery needs of a stored message, read back."""
+
     exchange: str
     routing_key: str
     header: bytes
     body: bytes
+
+
+class Recovered(NamedTuple):
+    """One message found at start-up: enough to order, expire, prioritise and count it."""
+
+    id: int
+    body_size: int
+    priority: int = 0
+    expires_at_ms: int = 0  # UNIX ms after which it is dead, 0 = never
     redelivered: bool = False
 
 
 class MessageStore(Protocol):
     def enqueue(
-        self, queue: str, exchange: str, routing_key: str, header: bytes, body: bytes
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+        *,
+        priority: int = 0,
+        expires_at_ms: int = 0,
     ) -> int: ...
+
+    def read(
+        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
+    ) -> list[Content | None]: ...
 
     def remove(self, queue: str, message_id: int) -> None: ...
 
@@ -53,7 +91,7 @@ class MessageStore(Protocol):
 
     def after_commit(self, waiter: Waiter) -> None: ...
 
-    def recover(self) -> dict[str, list[StoredMessage]]: ...
+    def recover(self) -> dict[str, list[Recovered]]: ...
 
     def forget_queue(self, queue: str, message_ids: list[int]) -> None: ...
 
@@ -80,15 +118,18 @@ class FileStore:
         loop: asyncio.AbstractEventLoop,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     ) -> None:
+        assert 0 < segment_bytes <= MAX_SEGMENT_BYTES, segment_bytes
         self._loop = loop
         self._segments = SegmentLog(directory)
         self._committer = GroupCommitter(self._segments, loop)
+        self._committer.on_written = self._written
         self.compactions = 0
         self._segment_bytes = segment_bytes
         self._next_id = 1
         self._active = 1
         self._active_size = 0
-        self._where: dict[int, int] = {}  # live message id -> segment holding its ENQUEUE
+        self._where: dict[int, int] = {}  # live message id -> location (see the header)
+        self._pending: dict[int, bytes] = {}  # id -> its ENQUEUE record, not known on disk
         self._live: dict[int, _Segment] = {}
         # Segments on disk, oldest first (the active one last), and those with nothing live.
         self._on_disk: list[int] = []
@@ -103,27 +144,55 @@ class FileStore:
     # -- recording ------------------------------------------------------------------------
 
     def enqueue(
-        self, queue: str, exchange: str, routing_key: str, header: bytes, body: bytes
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+        *,
+        priority: int = 0,
+        expires_at_ms: int = 0,
     ) -> int:
         assert self._recovered, "recover() must run before the store is written"
         message_id = self._next_id
         self._next_id += 1
-        data = records.encode(
-            records.Record(records.ENQUEUE, message_id, queue, exchange, routing_key, header, body)
+        record = records.Record(
+            records.ENQUEUE,
+            message_id,
+            queue,
+            exchange,
+            routing_key,
+            header,
+            body,
+            priority,
+            expires_at_ms,
         )
-        segment = self._place(data)
-        self._where[message_id] = segment
+        data = records.encode(record)
+        segment = self._place(data, message_id)
+        self._where[message_id] = segment << _SEGMENT_SHIFT
+        self._pending[message_id] = data
         state = self._live.setdefault(segment, _Segment())
         state.live += 1
         state.total += 1
         return message_id
 
+    def _written(self, landed: Landed) -> None:
+        """A commit round put these ENQUEUE records on disk: they are read from there now."""
+        where, pending = self._where, self._pending
+        for message_id, segment, offset in landed:
+            if where.get(message_id) == segment << _SEGMENT_SHIFT:
+                where[message_id] = segment << _SEGMENT_SHIFT | offset
+                pending.pop(message_id, None)
+
     def remove(self, queue: str, message_id: int) -> None:
-        segment = self._where.pop(message_id, None)
-        if segment is None:
+        location = self._where.pop(message_id, None)
+        if location is None:
             return
+        self._pending.pop(message_id, None)
         self._delivered.discard(message_id)
         self._place(records.encode_simple(records.REMOVE, message_id, queue))
+        segment = location >> _SEGMENT_SHIFT
         state = self._live[segment]
         state.live -= 1
         if segment == self._active:
@@ -133,49 +202,117 @@ class FileStore:
         elif state.live < state.total * COMPACT_BELOW_LIVE_SHARE and not state.compacting:
             self._compact(segment, state)
 
+    # -- reading back ---------------------------------------------------------------------
+
+    def read(
+        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
+    ) -> list[Content | None]:
+        """The content of live messages, in the order asked; None for an id that is not live
+        or whose record cannot be read (logged: the disk lost it). The records of `ahead`
+        are wanted soon: the kernel is asked to start reading them into the page cache."""
+        found: list[Content | None] = [None] * len(message_ids)
+        on_disk: dict[int, list[tuple[int, int]]] = {}  # segment -> [(index, offset)]
+        for index, message_id in enumerate(message_ids):
+            location = self._where.get(message_id)
+            if location is None:
+                continue
+            offset = location & _OFFSET_MASK
+            if offset == 0:
+                found[index] = _content(records.decode(self._pending[message_id][8:]))
+            else:
+                on_disk.setdefault(location >> _SEGMENT_SHIFT, []).append((index, offset))
+        for segment, wanted in on_disk.items():
+            assert segment not in self._dead, f"live message located in dead segment {segment}"
+            self._read_segment(segment, message_ids, wanted, found)
+        self._read_ahead(ahead)
+        return found
+
+    def _read_ahead(self, message_ids: Sequence[int]) -> None:
+        spans: dict[int, tuple[int, int]] = {}  # segment -> (first, last) offset wanted
+        for message_id in message_ids:
+            location = self._where.get(message_id, 0)
+            offset, segment = location & _OFFSET_MASK, location >> _SEGMENT_SHIFT
+            if offset:
+                first, last = spans.get(segment, (offset, offset))
+                spans[segment] = (min(first, offset), max(last, offset))
+        for segment, (first, last) in spans.items():
+            self._segments.advise(segment, first, last - first + READ_GAP_BYTES)
+
+    def _read_segment(
+        self,
+        segment: int,
+        message_ids: Sequence[int],
+        wanted: list[tuple[int, int]],
+        found: list[Content | None],
+    ) -> None:
+        try:
+            got = self._segments.read(segment, [offset for _, offset in wanted])
+        except OSError as exc:
+            log.error("cannot read segment %d: %s", segment, exc)
+            return
+        for (index, offset), record in zip(wanted, got, strict=True):
+            if record is None or record.type != records.ENQUEUE or record.id != message_ids[index]:
+                log.error(
+                    "message %d: no valid record at segment %d offset %d",
+                    message_ids[index],
+                    segment,
+                    offset,
+                )
+                continue
+            found[index] = _content(record)
+
+    # -- compaction and reclaiming space --------------------------------------------------
+
     def _compact(self, segment: int, state: _Segment) -> None:
         """Read the segment's live records off the loop, then write them again (same ids)
         to the active segment; the old file is deleted once it holds nothing live."""
         state.compacting = True
-        live_ids = {i for i, s in self._where.items() if s == segment}
+        live_ids = {i for i, where in self._where.items() if where >> _SEGMENT_SHIFT == segment}
         future = self._loop.run_in_executor(None, self._segments.read_enqueues, segment, live_ids)
         future.add_done_callback(lambda done: self._rewrite(segment, done))
 
     def _rewrite(self, segment: int, done: asyncio.Future[list[records.Record]]) -> None:
         state = self._live.get(segment)
+        failure = done.exception()
         if state is None:
             return  # emptied meanwhile and already deleted
-        if done.exception() is not None:
-            log.error("compacting segment %d failed: %s", segment, done.exception())
+        if failure is not None:
+            log.error("compacting segment %d failed: %s", segment, failure)
             state.compacting = False
             return
-        moved: list[int] = []
+        moved: list[tuple[int, int]] = []  # (id, its location before the move)
         for record in done.result():
-            if self._where.get(record.id) != segment:
+            location = self._where.get(record.id)
+            if location is None or location >> _SEGMENT_SHIFT != segment:
                 continue  # removed while we were reading
-            new_segment = self._place(records.encode(record))
+            data = records.encode(record)
+            new_segment = self._place(data, record.id)
             if record.id in self._delivered:  # the delivery mark moves with the message
                 self._place(records.encode_simple(records.DELIVERED, record.id, record.queue))
-            self._where[record.id] = new_segment
+            # Until the copy is on disk it is read from memory; the old file stays till then.
+            self._where[record.id] = new_segment << _SEGMENT_SHIFT
+            self._pending[record.id] = data
             target = self._live.setdefault(new_segment, _Segment())
             target.live += 1
             target.total += 1
             state.live -= 1
-            moved.append(record.id)
+            moved.append((record.id, location))
         # The old file may go only once the copies are on disk.
         self._committer.after_commit(lambda ok: self._compacted(segment, moved, ok))
 
-    def _compacted(self, segment: int, moved: list[int], ok: bool) -> None:
+    def _compacted(self, segment: int, moved: list[tuple[int, int]], ok: bool) -> None:
         state = self._live.get(segment)
         if state is None:
             return
         if not ok:
             # The copies were not written: the messages still live in the old segment.
-            for message_id in moved:
+            for message_id, before in moved:
                 current = self._where.get(message_id)
-                if current is not None and current != segment:
-                    self._where[message_id] = segment
-                    self._live[current].live -= 1
+                if current is not None and current >> _SEGMENT_SHIFT != segment:
+                    self._where[message_id] = before
+                    if before & _OFFSET_MASK:
+                        self._pending.pop(message_id, None)
+                    self._live[current >> _SEGMENT_SHIFT].live -= 1
                     state.live += 1
             state.compacting = False
             return
@@ -198,6 +335,7 @@ class FileStore:
         while on_disk and on_disk[0] in self._dead and on_disk[0] != self._active:
             segment = on_disk.pop(0)
             self._dead.discard(segment)
+            self._segments.close_reader(segment)
             self._committer.delete_segment(segment)
 
     def delivered(self, queue: str, message_id: int) -> None:
@@ -209,7 +347,7 @@ class FileStore:
     def after_commit(self, waiter: Waiter) -> None:
         self._committer.after_commit(waiter)
 
-    def _place(self, data: bytes) -> int:
+    def _place(self, data: bytes, message_id: int = 0) -> int:
         """Choose the segment for a record (a new one past the size limit) and queue it."""
         if self._active_size + len(data) > self._segment_bytes and self._active_size > 0:
             finished = self._active
@@ -220,41 +358,57 @@ class FileStore:
             if state is None or state.live == 0:
                 self._mark_dead(finished)
         self._active_size += len(data)
-        self._committer.append(self._active, data)
+        self._committer.append(self._active, data, message_id)
         return self._active
 
     # -- recovery -------------------------------------------------------------------------
 
-    def recover(self) -> dict[str, list[StoredMessage]]:
-        queues: dict[str, dict[int, StoredMessage]] = {}
-        enqueued: dict[int, int] = {}  # segment -> ENQUEUE records in it
-        highest_segment = 0
-        for segment, record in self._segments.recover():
-            highest_segment = max(highest_segment, segment)
-            self._next_id = max(self._next_id, record.id + 1)
-            if record.type == records.ENQUEUE:
-                enqueued[segment] = enqueued.get(segment, 0) + 1
-                queues.setdefault(record.queue, {})[record.id] = StoredMessage(
-                    record.id, record.exchange, record.routing_key, record.header, record.body
-                )
-                self._where[record.id] = segment
-            elif record.type == records.REMOVE:
-                queues.get(record.queue, {}).pop(record.id, None)
-                self._where.pop(record.id, None)
-                self._delivered.discard(record.id)
-            elif record.type == records.DELIVERED:
-                message = queues.get(record.queue, {}).get(record.id)
-                if message is not None:
-                    message.redelivered = True
-                    self._delivered.add(record.id)
-        for segment in self._where.values():
-            self._live.setdefault(segment, _Segment()).live += 1
-        for segment, total in enqueued.items():
-            if segment in self._live:
-                self._live[segment].total = total
-        # Never append to a file that recovery may have cut: start a fresh segment.
-        # Past every file, not just those with records: a header-only newest file (a crash
-        # or an undone first write) must not become the active segment and be reclaimed.
+    def recover(self) -> dict[str, list[Recovered]]:
+        """Scan the log once: locations of live messages, and per queue what the broker
+        needs to rebuild it. No body is copied and no header decoded."""
+        queues: dict[str, dict[int, Recovered]] = {}
+        highest_segment = self._scan(queues)
+        for location in self._where.values():
+            self._live[location >> _SEGMENT_SHIFT].live += 1
+        self._live = {n: state for n, state in self._live.items() if state.live}
+        self._start_after(highest_segment)
+        self._recovered = True
+        return self._recovered_queues(queues)
+
+    def _scan(self, queues: dict[str, dict[int, Recovered]]) -> int:
+        """Replay every record into `queues` and the location map; returns the newest
+        segment that has records."""
+        where, delivered, live = self._where, self._delivered, self._live
+        highest_segment, next_id = 0, self._next_id
+        make = Recovered._make
+        for segment, summaries in self._segments.recover():
+            base = segment << _SEGMENT_SHIFT
+            state = live.setdefault(segment, _Segment())
+            for offset, type_, id_, queue, priority, expiry, size in summaries:
+                if id_ >= next_id:
+                    next_id = id_ + 1
+                if type_ == records.ENQUEUE:
+                    messages = queues.get(queue)
+                    if messages is None:
+                        messages = queues[queue] = {}
+                    messages[id_] = make((id_, size, priority, expiry, False))
+                    where[id_] = base | offset
+                    state.total += 1
+                elif type_ == records.REMOVE:
+                    if where.pop(id_, None) is not None:
+                        queues.get(queue, {}).pop(id_, None)
+                    delivered.discard(id_)
+                elif id_ in where:  # DELIVERED
+                    delivered.add(id_)
+            if summaries.valid_end > records.FILE_HEADER_BYTES:
+                highest_segment = segment  # the newest with records: it holds the top id
+        self._next_id = next_id
+        return highest_segment
+
+    def _start_after(self, highest_segment: int) -> None:
+        """Never append to a file that recovery may have cut: start a fresh segment.
+        Past every file, not just those with records: a header-only newest file (a crash
+        or an undone first write) must not become the active segment and be reclaimed."""
         self._active = max(highest_segment, *self._segments.segment_numbers(), 0) + 1
         self._on_disk = [*self._segments.segment_numbers(), self._active]
         self._dead = {n for n in self._on_disk[:-1] if n not in self._live}
@@ -263,12 +417,20 @@ class FileStore:
         while self._on_disk[0] in self._dead and self._on_disk[0] != highest_segment:
             self._dead.discard(self._on_disk[0])
             self._segments.delete(self._on_disk.pop(0))
-        self._recovered = True
-        return {
-            queue: [messages[i] for i in sorted(messages)]
-            for queue, messages in queues.items()
-            if messages
-        }
+
+    def _recovered_queues(
+        self, queues: dict[str, dict[int, Recovered]]
+    ) -> dict[str, list[Recovered]]:
+        result: dict[str, list[Recovered]] = {}
+        for key, messages in queues.items():
+            if not messages:
+                continue
+            ordered = [messages[i] for i in sorted(messages)]
+            for index, message in enumerate(ordered):
+                if message.id in self._delivered:
+                    ordered[index] = message._replace(redelivered=True)
+            result[key] = ordered
+        return result
 
     def forget_queue(self, queue: str, message_ids: list[int]) -> None:
         """Drop recovered messages of a queue that no longer exists."""
@@ -280,37 +442,68 @@ class FileStore:
         self._committer.close()
 
 
+def _content(record: records.Record) -> Content:
+    return Content(record.exchange, record.routing_key, record.header, record.body)
+
+
+@dataclass
+class _Held:
+    content: Content
+    priority: int
+    expires_at_ms: int
+    redelivered: bool = False
+
+
 @dataclass
 class MemoryStore:
     """The same contract with nothing on disk: `recover` returns what is still live."""
 
     loop: asyncio.AbstractEventLoop
     _next_id: int = 1
-    _queues: dict[str, dict[int, StoredMessage]] = field(default_factory=dict)
+    _queues: dict[str, dict[int, _Held]] = field(default_factory=dict)
 
     def enqueue(
-        self, queue: str, exchange: str, routing_key: str, header: bytes, body: bytes
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+        *,
+        priority: int = 0,
+        expires_at_ms: int = 0,
     ) -> int:
         message_id = self._next_id
         self._next_id += 1
-        stored = StoredMessage(message_id, exchange, routing_key, header, body)
-        self._queues.setdefault(queue, {})[message_id] = stored
+        held = _Held(Content(exchange, routing_key, header, body), priority, expires_at_ms)
+        self._queues.setdefault(queue, {})[message_id] = held
         return message_id
+
+    def read(
+        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
+    ) -> list[Content | None]:
+        messages = self._queues.get(queue, {})
+        return [
+            held.content if (held := messages.get(i)) is not None else None for i in message_ids
+        ]
 
     def remove(self, queue: str, message_id: int) -> None:
         self._queues.get(queue, {}).pop(message_id, None)
 
     def delivered(self, queue: str, message_id: int) -> None:
-        message = self._queues.get(queue, {}).get(message_id)
-        if message is not None:
-            message.redelivered = True
+        held = self._queues.get(queue, {}).get(message_id)
+        if held is not None:
+            held.redelivered = True
 
     def after_commit(self, waiter: Waiter) -> None:
         self.loop.call_soon(waiter, True)
 
-    def recover(self) -> dict[str, list[StoredMessage]]:
+    def recover(self) -> dict[str, list[Recovered]]:
         return {
-            queue: [messages[i] for i in sorted(messages)]
+            queue: [
+                Recovered(i, len(h.content.body), h.priority, h.expires_at_ms, h.redelivered)
+                for i, h in sorted(messages.items())
+            ]
             for queue, messages in self._queues.items()
             if messages
         }

@@ -177,15 +177,15 @@ class FaultySegmentLog(SegmentLog):
         assert fraction is None or 0.0 <= fraction <= 1.0
         self._next = (_Fault(errno.EIO, written, crash=True), fraction)
 
-    def write(self, chunks: Chunks) -> None:
+    def write(self, chunks: Chunks) -> list[int]:
         if self.crashed:
             self.failures += 1
             raise OSError(errno.EIO, "the disk crashed")
         if self._next is None:
-            super().write(chunks)
+            offsets = super().write(chunks)
             self.writes += 1
             self.batches.append(list(chunks))
-            return
+            return offsets
         (fault, fraction), self._next = self._next, None
         if fraction is not None:
             fault.budget = int(sum(len(data) for _, data in chunks) * fraction)
