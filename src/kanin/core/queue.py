@@ -109,6 +109,8 @@ class Queue:
         self.store = store if durable else None
         self.store_key = queue_key(vhost, name)
         self._next_seq = 1
+        # Stored messages whose commit round has not ended, by round (see _on_commit).
+        self._unsynced: dict[int, list[Entry]] = {}
         self._rr = 0
         self._dispatch_scheduled = False
         self._had_consumer = False
@@ -157,6 +159,7 @@ class Queue:
                 priority=message.priority,
                 expires_at_ms=0 if ttl_ms is None else wall_clock_ms() + ttl_ms,
             )
+            self._await_commit(entry)
             result = STORED
         if not self.ready and self.consumers:
             # As RabbitMQ: a message reaching an empty queue goes straight to a consumer
@@ -178,6 +181,33 @@ class Queue:
         if self.consumers:
             self.schedule_dispatch()
         return result
+
+    def _await_commit(self, entry: Entry) -> None:
+        """Keep a stored entry in its commit round's batch until the round ends."""
+        assert self.store is not None
+        round_number = self.store.pending_round()
+        batch = self._unsynced.get(round_number)
+        if batch is None:
+            batch = self._unsynced[round_number] = []
+            self.store.after_commit(lambda ok: self._on_commit(round_number, ok))
+        batch.append(entry)
+
+    def _on_commit(self, round_number: int, ok: bool) -> None:
+        """A failed round nacks its publishers, who may well publish again: the messages
+        it held must not stay to be delivered too. Those not yet delivered leave the
+        queue (and the store, should a later round still write them). One already handed
+        to a consumer cannot be called back; its publisher got a nack all the same."""
+        batch = self._unsynced.pop(round_number, None)
+        if ok or not batch or self.deleted:
+            return
+        for entry in self.ready.remove({id(entry) for entry in batch}):
+            self.ready_bytes -= entry.size
+            if entry.message is None:
+                self.paged_out -= 1
+            else:
+                self.loaded_bytes -= entry.size
+            self.forget(entry)
+        log.warning("%r: dropped the undelivered messages of a failed disk write", self)
 
     def _append(self, entry: Entry, priority: int) -> None:
         """A new ready message: held in memory within the budget, else paged out. Once any

@@ -1,7 +1,7 @@
 """The ready messages of one queue, in delivery order.
 
 Two shapes behind one small interface (append, requeue, peek, pop, head_fifo,
-len, iter, clear):
+len, iter, clear, remove):
 - FifoReady: a deque of never-delivered messages in sequence order plus a heap of
   requeued ones; the next message is the smaller-sequence head of the two, so a
   requeued message regains its original place (RabbitMQ classic queue behaviour).
@@ -64,6 +64,16 @@ class FifoReady:
         self._fresh.clear()
         self._returned.clear()
 
+    def remove(self, doomed: set[int]) -> list[Entry]:
+        """Take out the entries whose id() is in `doomed`, wherever they are. Only a
+        failed disk write needs this, so it rebuilds rather than keeping an index."""
+        removed = [entry for entry in self if id(entry) in doomed]
+        if removed:
+            self._fresh = deque(e for e in self._fresh if id(e) not in doomed)
+            self._returned = [e for e in self._returned if id(e) not in doomed]
+            heapq.heapify(self._returned)
+        return removed
+
 
 class PriorityReady:
     def __init__(self, max_priority: int) -> None:
@@ -114,6 +124,11 @@ class PriorityReady:
         for level in self._levels:
             level.clear()
         self._count = 0
+
+    def remove(self, doomed: set[int]) -> list[Entry]:
+        removed = [entry for level in self._levels for entry in level.remove(doomed)]
+        self._count -= len(removed)
+        return removed
 
 
 Ready = FifoReady | PriorityReady

@@ -43,6 +43,7 @@ class GroupCommitter:
         self._kick_scheduled = False
         self._closed = False
         self.rounds = 0
+        self.rounds_started = 0
         self.records_committed = 0
         self.failed = False  # the last round failed: the disk is in trouble
         self.on_written: Callable[[Landed], None] | None = None
@@ -50,6 +51,11 @@ class GroupCommitter:
     @property
     def idle(self) -> bool:
         return not (self._running or self._chunks or self._waiters or self._deletes)
+
+    @property
+    def pending_round(self) -> int:
+        """The number of the round that what is appended now will be written in."""
+        return self.rounds_started + 1
 
     def append(self, segment: int, data: bytes, message_id: int = 0) -> None:
         self._chunks.append((segment, data))
@@ -78,6 +84,7 @@ class GroupCommitter:
         waiters, self._waiters = self._waiters, []
         deletes, self._deletes = self._deletes, []
         self._running = True
+        self.rounds_started += 1
         future = self._loop.run_in_executor(self._executor, self._write, chunks, deletes)
         future.add_done_callback(lambda done: self._finish_round(done, waiters, chunks, ids))
 

@@ -91,6 +91,11 @@ class MessageStore(Protocol):
 
     def after_commit(self, waiter: Waiter) -> None: ...
 
+    def pending_round(self) -> int:
+        """Which commit round what is recorded now goes to; after_commit waiters
+        registered now hear that round's outcome (or a later, failing one's)."""
+        ...
+
     def recover(self) -> dict[str, list[Recovered]]: ...
 
     def forget_queue(self, queue: str, message_ids: list[int]) -> None: ...
@@ -347,6 +352,9 @@ class FileStore:
     def after_commit(self, waiter: Waiter) -> None:
         self._committer.after_commit(waiter)
 
+    def pending_round(self) -> int:
+        return self._committer.pending_round
+
     def _place(self, data: bytes, message_id: int = 0) -> int:
         """Choose the segment for a record (a new one past the size limit) and queue it."""
         if self._active_size + len(data) > self._segment_bytes and self._active_size > 0:
@@ -497,6 +505,9 @@ class MemoryStore:
 
     def after_commit(self, waiter: Waiter) -> None:
         self.loop.call_soon(waiter, True)
+
+    def pending_round(self) -> int:
+        return 0  # nothing is written, nothing fails
 
     def recover(self) -> dict[str, list[Recovered]]:
         return {
