@@ -267,9 +267,34 @@ def ensure_rabbitmq() -> bool:
     """
     if rabbitmq_running():
         return False
-    subprocess.run(["rabbitmq-server", "-detached"], check=True, timeout=60)
+    subprocess.run(_rabbitmq_start_command(), check=True, timeout=60, cwd=_RABBITMQ_HOME)
+    # await_startup needs the Erlang node to answer already; -detached returns before.
+    deadline = time.monotonic() + 120.0
+    while not rabbitmq_running() and time.monotonic() < deadline:
+        time.sleep(1.0)
     rabbitmqctl("await_startup", timeout_s=300.0)
     return True
+
+
+_RABBITMQ_HOME = "/var/lib/rabbitmq"
+
+
+def _rabbitmq_start_command() -> list[str]:
+    """Debian's rabbitmq-server wrapper switches user with `su`, whose PAM session resets
+    the open-files limit to 1,024; as root, switch with setpriv instead (no PAM), so the
+    node keeps the limit raise_fd_limit() gave us."""
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        return [
+            "env",
+            f"HOME={_RABBITMQ_HOME}",
+            "setpriv",
+            "--reuid=rabbitmq",
+            "--regid=rabbitmq",
+            "--init-groups",
+            "/usr/lib/rabbitmq/bin/rabbitmq-server",
+            "-detached",
+        ]
+    return ["rabbitmq-server", "-detached"]
 
 
 def raise_fd_limit() -> int:
