@@ -170,7 +170,7 @@ class Queue:
             self._memory.add(size)
             self.dead_letter([entry], "expired")
             return result
-        self._append(entry, message.priority if self.args.max_priority is not None else 0)
+        self._append(entry, message.priority)
         if self.args.has_length_limit:
             self._enforce_length()
         if entry.expires_at is not None:
