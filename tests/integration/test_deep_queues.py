@@ -25,7 +25,8 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from helpers import BrokerFactory, Unique, start_kanin
 from kanin.config import BrokerConfig
-from kanin.core.queue import PAGE_IN_BYTES_MIN, Queue
+from kanin.core.paging import PAGE_IN_BYTES_MIN
+from kanin.core.queue import Queue
 from kanin.testing.embedded import EmbeddedBroker, running_broker
 
 BUDGET_BYTES = 8 * 1024  # a tiny budget: a handful of messages in memory

@@ -15,7 +15,13 @@ from pamqp import commands
 from kanin.amqp.tables import encode_header
 from kanin.core.memory import MemoryMonitor
 from kanin.core.message import Entry, Message
-from kanin.core.queue import DEAD_LETTER_BATCH, PAGE_IN_BYTES_MIN, Queue, wall_clock_ms
+from kanin.core.paging import (
+    DEAD_LETTER_BATCH,
+    PAGE_IN_BYTES_MIN,
+    PAGE_IN_COUNT_MAX,
+    page_in_batch,
+)
+from kanin.core.queue import Queue, wall_clock_ms
 from kanin.core.queue_args import parse_queue_args
 from kanin.store.store import Content, MemoryStore, Recovered
 from kanin.testing.clock import FakeScheduler
@@ -336,3 +342,36 @@ def test_paged_in_messages_decode_their_properties_only_when_asked() -> None:
     assert isinstance(entry, Entry) and entry.message is not None
     assert entry.message._properties is None  # delivery forwards the header bytes
     assert entry.message.priority == 4 and entry.message.persistent
+
+
+def entries(sizes: list[int], loaded: frozenset[int] = frozenset()) -> list[Entry]:
+    """Paged-out entries of these sizes (store id = index + 1), except those in `loaded`."""
+    made = []
+    for index, size in enumerate(sizes):
+        entry = Entry(None, index + 1, size)
+        entry.stored_id = index + 1
+        if index in loaded:
+            entry.message = message(b"x" * size)
+        made.append(entry)
+    return made
+
+
+def test_page_in_batch_takes_what_fits_and_names_as_many_after_it() -> None:
+    batch, ahead = page_in_batch(entries([100] * 10), room_bytes=350)
+    assert [e.stored_id for e in batch] == [1, 2, 3]
+    assert ahead == [4, 5, 6]
+
+
+def test_page_in_batch_always_takes_the_head_and_keeps_order() -> None:
+    batch, ahead = page_in_batch(entries([500, 10, 10, 10]), room_bytes=100)
+    assert [e.stored_id for e in batch] == [1]  # the small ones behind do not jump the queue
+    assert ahead == [2]
+
+
+def test_page_in_batch_skips_messages_in_memory_and_stops_at_the_count() -> None:
+    batch, ahead = page_in_batch(entries([1] * 5, loaded=frozenset({1, 3})), room_bytes=10**9)
+    assert [e.stored_id for e in batch] == [1, 3, 5]
+    assert ahead == []
+    many = entries([1] * (3 * PAGE_IN_COUNT_MAX))
+    batch, ahead = page_in_batch(many, room_bytes=10**9)
+    assert len(batch) == len(ahead) == PAGE_IN_COUNT_MAX

@@ -3,7 +3,9 @@
 - Durable definitions change -> `definitions_changed()` -> one save at the end of the
   loop turn (store/definitions.py).
 - Start-up: `restore()` rebuilds vhosts, users, durable exchanges, durable queues and
-  their bindings, then puts each durable queue's recovered messages back in order.
+  their bindings, then puts each durable queue's recovered messages back in order,
+  paged out: what the store recovered is what the queue needs to order, expire,
+  prioritise and count them, and bodies are read back only as they are delivered.
   Messages of queues that no longer exist are removed from the store.
 """
 

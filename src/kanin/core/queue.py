@@ -27,8 +27,11 @@ How this works:
   served from memory and reads come in batches; it names the batch after that to the
   store, which has the kernel fetch it meanwhile. Dead-lettering reads paged-out
   messages back in batches too; expiring, purging or deleting them reads nothing.
-  Transient messages, and everything in non-durable queues, stay in memory.
-  Recovered messages start paged out; start-up reads no bodies.
+  Transient messages, and everything in non-durable queues, stay in memory. A message
+  routed to several durable queues is stored once per queue and each pages it on its
+  own: its body leaves memory when the last queue holding it lets go.
+  Recovered messages start paged out; start-up reads no bodies. (core/paging.py picks
+  the batches and reads them.)
 """
 
 from __future__ import annotations
@@ -36,10 +39,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 from kanin.core.message import Entry, Message
+from kanin.core.paging import (
+    DEAD_LETTER_BATCH,
+    DEFAULT_MEMORY_BUDGET_BYTES,
+    PAGE_IN_BYTES_MIN,
+    page_in_batch,
+    read_back,
+)
 from kanin.core.queue_args import QueueArgs
 from kanin.core.ready import FifoReady, PriorityReady, Ready
 from kanin.store.records import queue_key
@@ -55,14 +64,6 @@ log = logging.getLogger(__name__)
 
 # Deliveries per queue per event-loop turn before yielding to other work.
 DISPATCH_BATCH = 512
-# The broker-wide default of ready message bytes a queue keeps in memory.
-DEFAULT_MEMORY_BUDGET_BYTES = 4 * 1024 * 1024
-# A page-in reads at least this much (so a tiny budget still reads in batches), and at
-# most this many messages (so one read stays short).
-PAGE_IN_BYTES_MIN = 256 * 1024
-PAGE_IN_COUNT_MAX = 1024
-# Paged-out messages read back at a time to be dead-lettered.
-DEAD_LETTER_BATCH = 256
 
 # What Queue.publish did with a message.
 REFUSED, ACCEPTED, STORED = 0, 1, 2
@@ -173,7 +174,7 @@ class Queue:
             self._memory.add(size)
             self.dead_letter([entry], "expired")
             return result
-        self._append(entry, message.priority if self.args.max_priority is not None else 0)
+        self._append(entry, message.priority)
         if self.args.has_length_limit:
             self._enforce_length()
         if entry.expires_at is not None:
@@ -321,8 +322,7 @@ class Queue:
     def _page_in(self) -> None:
         """If the next message is paged out, read it back with the paged-out messages right
         behind it: as many bytes as the budget has room for, but PAGE_IN_BYTES_MIN even when
-        it has none, and at most PAGE_IN_COUNT_MAX messages. The store is told which come
-        after those, to fetch them ahead of the consumers."""
+        it has none. The store is told which come after those, to fetch them ahead."""
         if not self.paged_out:
             return
         fifo = self.ready.head_fifo()
@@ -330,47 +330,20 @@ class Queue:
         if fifo is None or head is None or head.message is not None:
             return
         room = max(self.memory_budget_bytes - self.loaded_bytes, PAGE_IN_BYTES_MIN)
-        batch: list[Entry] = []
-        ahead: list[int] = []
-        batch_bytes, full = 0, False
-        for entry in islice(fifo.upcoming(), 2 * PAGE_IN_COUNT_MAX):
-            if entry.message is not None:
-                continue
-            full = full or len(batch) == PAGE_IN_COUNT_MAX or batch_bytes + entry.size > room
-            if full and batch:
-                ahead.append(entry.stored_id)
-                if len(ahead) == len(batch):
-                    break
-            else:
-                batch.append(entry)
-                batch_bytes += entry.size
+        batch, ahead = page_in_batch(fifo.upcoming(), room)
         for entry in self._load(batch, ahead):
             self.paged_out -= 1
             self.loaded_bytes += entry.size
 
     def _load(self, entries: list[Entry], ahead: list[int] | None = None) -> list[Entry]:
-        """Read paged-out messages back from the store; returns those that came back (the
-        others stay paged out: the disk lost them, and they are dropped at the head)."""
+        """Read paged-out messages back (held in memory from now on); returns those that came
+        back: the others stay paged out, and are dropped when they reach the head."""
         if not entries:
             return []
         assert self.store is not None, "only a durable queue pages messages out"
-        ids = [entry.stored_id for entry in entries]
-        contents = self.store.read(self.store_key, ids, ahead or ())
-        loaded = []
-        for entry, content in zip(entries, contents, strict=True):
-            if content is None:
-                continue
-            entry.message = Message(
-                content.exchange,
-                content.routing_key,
-                content.header,
-                content.body,
-                None,
-                None,
-                None,
-            )
+        loaded = read_back(self.store, self.store_key, entries, ahead or ())
+        for entry in loaded:
             self._memory.add(entry.size)
-            loaded.append(entry)
         return loaded
 
     def forget(self, entry: Entry) -> None:

@@ -26,7 +26,8 @@ from kanin.core.exchanges.headers import check_x_match
 from kanin.core.field_values import same_field_value, wire_type_name
 from kanin.core.memory import MemoryMonitor
 from kanin.core.message import Entry
-from kanin.core.queue import DEFAULT_MEMORY_BUDGET_BYTES, Queue
+from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES
+from kanin.core.queue import Queue
 from kanin.core.queue_args import KNOWN_ARGUMENTS, parse_queue_args
 from kanin.core.scheduling import Scheduler
 

@@ -1,7 +1,8 @@
 """Durability: persistent messages on durable queues, and the broker's definitions.
 
 records.py   the on-disk record format (pure: bytes in, records out)
-segments.py  the append-only segmented log: files, rotation, reclaim, recovery scan
+segments.py  the append-only segmented log: files, rotation, reclaim, recovery scan,
+             reading records back by location
 committer.py the group committer: the only path that makes records durable
 store.py     the interface the broker uses, with a file and a memory implementation
 definitions.py  durable exchanges, queues, bindings, users, vhosts, permissions
