@@ -85,8 +85,10 @@ def feed_bytewise(data: bytes, frame_max: int = FRAME_MAX) -> list[Frame]:
     return frames
 
 
-def feed_chunks(data: bytes, sizes: list[int], frame_max: int = FRAME_MAX) -> list[Frame]:
-    reader = FrameReader(frame_max)
+def feed_chunks(
+    data: bytes, sizes: list[int], frame_max: int = FRAME_MAX, whole_publishes: bool = False
+) -> list[Frame]:
+    reader = FrameReader(frame_max, whole_publishes)
     frames: list[Frame] = []
     offset = 0
     for size in sizes:
@@ -248,13 +250,7 @@ def expanded(frames: list[Frame]) -> list[tuple[Any, ...]]:
 @given(st.lists(st.integers(min_value=0, max_value=64), max_size=80))
 def test_whole_publishes_stand_for_exactly_the_frames_they_replace(sizes: list[int]) -> None:
     data = publishes_stream()
-    reader = FrameReader(FRAME_MAX, whole_publishes=True)
-    got: list[Frame] = []
-    offset = 0
-    for size in sizes:
-        got += reader.feed(data[offset : offset + size])
-        offset += size
-    got += reader.feed(data[offset:])
+    got = feed_chunks(data, sizes, whole_publishes=True)
     assert expanded(got) == [describe(f) for f in feed_whole(data)]
 
 
