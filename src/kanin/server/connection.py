@@ -391,10 +391,10 @@ class AMQPConnection(asyncio.Protocol):
     # -- frames --------------------------------------------------------------------------
 
     def _on_frame(self, frame: Frame) -> None:
-        if frame.__class__ is PublishFrames:
+        if isinstance(frame, PublishFrames):
             self._on_publish_frames(frame)
             return
-        if isinstance(frame, HeartbeatFrame | PublishFrames):
+        if isinstance(frame, HeartbeatFrame):
             return
         if self.state is State.CLOSING:
             self._on_frame_while_closing(frame)
