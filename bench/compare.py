@@ -21,7 +21,6 @@ bench/README.md explains each column.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import tempfile
@@ -395,9 +394,8 @@ def main() -> int:
         cleanup_rabbitmq(run)
         shutil.rmtree(work, ignore_errors=True)
         results["run_time_s"] = round(time.monotonic() - started, 1)
-        (args.out / "compare.json").write_text(json.dumps(results, indent=1))
-        (args.out / "compare.md").write_text(render(results))
-    print(f"wrote {args.out / 'compare.md'} in {results['run_time_s']:.0f} s", flush=True)
+        report = harness.write_results(args.out, "compare", results, render)
+    print(f"wrote {report} in {results['run_time_s']:.0f} s", flush=True)
     return 0
 
 

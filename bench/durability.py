@@ -14,7 +14,6 @@ bench/README.md explains each figure.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil
@@ -296,9 +295,8 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
         results["run_time_s"] = round(time.monotonic() - started, 1)
-        (args.out / "durability.json").write_text(json.dumps(results, indent=1))
-        (args.out / "durability.md").write_text(render(results))
-    print(f"wrote {args.out / 'durability.md'} in {results['run_time_s']:.0f} s", flush=True)
+        report = harness.write_results(args.out, "durability", results, render)
+    print(f"wrote {report} in {results['run_time_s']:.0f} s", flush=True)
     return 0
 
 

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -432,3 +433,13 @@ def _descendants(root: int, table: dict[int, tuple[int, int, str]]) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
+
+
+def write_results(
+    out: Path, stem: str, results: dict[str, Any], render: Callable[[dict[str, Any]], str]
+) -> Path:
+    """Write a run's raw numbers (STEM.json) and its report (STEM.md); the report's path."""
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=1))
+    report = out / f"{stem}.md"
+    report.write_text(render(results))
+    return report
