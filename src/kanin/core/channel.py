@@ -64,6 +64,9 @@ class Channel:
         self.consumer_prefetch = 0  # basic.qos global=false: for consumers created later
         self.global_prefetch = 0  # basic.qos global=true: for the channel as a whole
         self.global_unacked = 0
+        # Consumers parked by their queues while this channel could not deliver (global
+        # prefetch reached, socket not writable): `wake` gives them back their turns.
+        self.parked: dict[Consumer, None] = {}
         self.confirms: ConfirmLedger | None = None
         self.awaiting_disk: list[int] = []  # confirm seqs to settle after the next commit
         self.tx: list[tuple[str, Any]] | None = None  # buffered publishes/acks in tx mode
@@ -227,12 +230,29 @@ class Channel:
                 consumer.unacked -= 1
                 self.global_unacked -= 1
                 queues[id(consumer.queue)] = consumer.queue
-        if self.global_prefetch:
-            for consumer in self.consumers.values():
-                queues[id(consumer.queue)] = consumer.queue
+                if consumer.parked and consumer not in self.parked and consumer.has_room():
+                    # Parked for its own limit, which it is under now. If the channel
+                    # cannot deliver yet, it waits for the channel with the others.
+                    if self.can_deliver():
+                        consumer.queue.unpark(consumer)
+                    else:
+                        self.parked[consumer] = None
+        self.wake()  # under a global limit, these acks may have made room for the channel
         for queue in queues.values():
             if queue.consumers:
                 queue.schedule_dispatch()
+
+    def wake(self) -> None:
+        """If the channel can deliver again (acks under its global limit, a new qos, a socket
+        that drained), give the consumers parked meanwhile their turns back, on whichever
+        queue they consume from. The work is one step per consumer that was parked."""
+        if not self.parked or not self.can_deliver():
+            return
+        parked, self.parked = self.parked, {}
+        for consumer in parked:
+            # One full on its own stays parked; its acks wake it (_release).
+            if consumer.has_room():
+                consumer.queue.unpark(consumer)
 
     @staticmethod
     def _requeue(records: list[Unacked]) -> None:
@@ -264,6 +284,7 @@ class Channel:
         """The queue went away: tell the client, if it asked to be told."""
         if self.consumers.pop(consumer.tag, None) is None:
             return
+        self.parked.pop(consumer, None)
         capabilities = self.port.client_capabilities
         if not self.closing and capabilities.get("consumer_cancel_notify"):
             self.send_method(build(commands.Basic.Cancel, consumer_tag=consumer.tag, nowait=True))
@@ -282,6 +303,7 @@ class Channel:
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
+        self.parked.clear()
         self._drop_reply_consumer()
         uncommitted = [r for kind, args in (self.tx or []) if kind == "settle" for r in args[0]]
         self.tx = None

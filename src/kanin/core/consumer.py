@@ -15,6 +15,7 @@ class Consumer:
         "channel",
         "exclusive",
         "no_ack",
+        "parked",
         "prefetch",
         "priority",
         "queue",
@@ -44,10 +45,13 @@ class Consumer:
         priority = arguments.get("x-priority", 0)
         self.priority = priority if isinstance(priority, int) else 0
         self.unacked = 0
+        # Off its queue's turns (core/dispatch.py) since it was found without capacity; the
+        # channel gives them back when it has some again (Channel.wake, Channel._release).
+        self.parked = False
 
     def has_capacity(self) -> bool:
-        if not self.channel.can_deliver():
-            return False
-        if self.no_ack:
-            return True
-        return self.prefetch == 0 or self.unacked < self.prefetch
+        return self.channel.can_deliver() and self.has_room()
+
+    def has_room(self) -> bool:
+        """Room within its own prefetch limit; the channel may still be unable to deliver."""
+        return self.no_ack or self.prefetch == 0 or self.unacked < self.prefetch

@@ -33,12 +33,11 @@ def basic_qos(channel: Channel, method: commands.Basic.Qos) -> None:
         raise ConnectionError_(C.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
     if method.global_:
         channel.global_prefetch = method.prefetch_count
-        for consumer in channel.consumers.values():
-            consumer.queue.schedule_dispatch()
     else:
         # RabbitMQ 3.10: a per-consumer qos also lifts an earlier channel-wide limit.
         channel.consumer_prefetch = method.prefetch_count
         channel.global_prefetch = 0
+    channel.wake()  # a raised or lifted channel limit: its parked consumers may go on
     channel.send_method(build(commands.Basic.QosOk))
 
 

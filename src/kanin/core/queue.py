@@ -9,6 +9,10 @@ How this works:
   have room for (bounded per turn so one queue cannot starve the loop). Among
   consumers with room the highest x-priority wins and equals take turns; with
   x-single-active-consumer only the earliest registered consumer receives.
+- Choosing that consumer costs O(1) amortised however many consumers there are: a
+  DispatchRing (core/dispatch.py) keeps the consumers' turns, and a consumer found
+  without capacity is parked, off the ring, until its channel reports room again
+  (`unpark`), instead of being asked again on every delivery.
 - Message TTL (x-message-ttl, per-message expiration) is enforced at the head, as
   in RabbitMQ: one timer is armed for the head's expiry, it drops (or dead-letters)
   the expired messages at the head and re-arms for the next. The work done is
@@ -38,9 +42,12 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
+from operator import methodcaller
 from typing import TYPE_CHECKING, Any
 
+from kanin.core.dispatch import DispatchRing
 from kanin.core.message import Entry, Message
 from kanin.core.paging import (
     DEAD_LETTER_BATCH,
@@ -97,7 +104,10 @@ class Queue:
             if self.args.max_priority is not None
             else FifoReady()
         )
-        self.consumers: list[Consumer] = []
+        # Every consumer, in registration order (single active consumer takes the first).
+        self.consumers: OrderedDict[Consumer, None] = OrderedDict()
+        self._turns: DispatchRing[Consumer] = DispatchRing()  # whose turn it is
+        self._exclusive_consumers = 0
         self.bindings: dict[tuple[Any, ...], Binding] = {}
         self.deleted = False
         self.ready_bytes = 0  # body bytes of every ready message (x-max-length-bytes)
@@ -112,7 +122,6 @@ class Queue:
         self._next_seq = 1
         # Stored messages whose commit round has not ended, by round (see _on_commit).
         self._unsynced: dict[int, list[Entry]] = {}
-        self._rr = 0
         self._dispatch_scheduled = False
         self._had_consumer = False
         self._ttl_timer: Cancellable | None = None
@@ -452,21 +461,23 @@ class Queue:
     # -- consumers ----------------------------------------------------------------------
 
     def add_consumer(self, consumer: Consumer) -> None:
-        self.consumers.append(consumer)
+        self.consumers[consumer] = None
+        self._turns.add(consumer, consumer.priority)
+        if consumer.exclusive:
+            self._exclusive_consumers += 1
         self._had_consumer = True
         self.touch()
         self.schedule_dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        active = bool(self.consumers) and self.consumers[0] is consumer
+        active = next(iter(self.consumers), None) is consumer
         if self.args.single_active_consumer and active and consumer.unacked:
             # Hand over only once its deliveries are settled or back in the queue, so
             # the next consumer sees them first: ordering is what SAC is for.
             self._sac_previous = consumer
-        try:
-            self.consumers.remove(consumer)
-        except ValueError:
+        if self.consumers.pop(consumer, False) is False:
             return
+        self._forget_consumer(consumer)
         if self.consumers:
             if self.args.single_active_consumer:
                 self.schedule_dispatch()  # the next consumer takes over
@@ -475,8 +486,38 @@ class Queue:
         if self.auto_delete and self._had_consumer and self.on_unused is not None:
             self.on_unused(self)
 
+    def drop_consumers(self) -> None:
+        """The queue is gone: forget every consumer (their channels were told already)."""
+        for consumer in self.consumers:
+            self._forget_consumer(consumer)
+        self.consumers.clear()
+
+    def _forget_consumer(self, consumer: Consumer) -> None:
+        self._turns.remove(consumer)
+        if consumer.exclusive:
+            self._exclusive_consumers -= 1
+        if consumer.parked:
+            consumer.parked = False
+            consumer.channel.parked.pop(consumer, None)
+
     def has_exclusive_consumer(self) -> bool:
-        return any(c.exclusive for c in self.consumers)
+        return self._exclusive_consumers > 0
+
+    def unpark(self, consumer: Consumer) -> None:
+        """A parked consumer has capacity again (its channel says so): give it its turns back."""
+        consumer.parked = False
+        if self._turns.enable(consumer) and self.ready:
+            self.schedule_dispatch()
+
+    def _park(self, consumer: Consumer) -> None:
+        """No capacity: off the turns until its channel calls unpark. When the channel itself
+        cannot deliver, the channel keeps it to wake with the rest of its parked consumers;
+        otherwise it is full on its own and its acks wake it (Channel._release)."""
+        self._turns.disable(consumer)
+        consumer.parked = True
+        channel = consumer.channel
+        if not channel.can_deliver():
+            channel.parked[consumer] = None
 
     def schedule_dispatch(self) -> None:
         if not self._dispatch_scheduled and not self.deleted:
@@ -501,27 +542,25 @@ class Queue:
             self.schedule_dispatch()
 
     def _pick_consumer(self) -> Consumer | None:
-        consumers = self.consumers
-        if not consumers:
+        if not self.consumers:
             return None
         if self.args.single_active_consumer:
             if self._sac_previous is not None:
                 if self._sac_previous.unacked:
-                    return None
+                    return None  # its settling schedules a dispatch (Channel._release)
                 self._sac_previous = None
-            active = consumers[0]
-            return active if active.has_capacity() else None
-        count = len(consumers)
-        best: Consumer | None = None
-        best_index = 0
-        for step in range(count):
-            index = (self._rr + step) % count
-            candidate = consumers[index]
-            if candidate.has_capacity() and (best is None or candidate.priority > best.priority):
-                best, best_index = candidate, index
-        if best is not None:
-            self._rr = (best_index + 1) % count
-        return best
+            active = next(iter(self.consumers))
+            if active.parked:
+                return None
+            if active.has_capacity():
+                return active
+            self._park(active)
+            return None
+        return self._turns.choose(_has_capacity, self._park)
+
+
+# Looked up on each call, so a test can count has_capacity calls by patching Consumer.
+_has_capacity: Callable[[Consumer], bool] = methodcaller("has_capacity")
 
 
 def wall_clock_ms() -> int:

@@ -307,7 +307,7 @@ class VirtualHost:
         queue.purge()
         if self.on_queue_deleted is not None:
             self.on_queue_deleted(queue)
-        queue.consumers.clear()
+        queue.drop_consumers()
         return count
 
     # -- bindings ---------------------------------------------------------------

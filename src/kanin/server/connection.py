@@ -223,8 +223,7 @@ class AMQPConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._writable = True
         for channel in self.channels.values():
-            for consumer in channel.consumers.values():
-                consumer.queue.schedule_dispatch()
+            channel.wake()  # consumers parked while the socket was full
 
     # -- ConnectionPort ---------------------------------------------------------------
 

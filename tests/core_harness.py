@@ -1,0 +1,138 @@
+"""A broker core without sockets, for tests of consuming (tests/unit/test_dispatch_*.py):
+a real Broker on a FakeScheduler, channels on a fake connection, methods sent as pamqp
+commands, and every delivery recorded as (consumer tag, body).
+
+Import it like helpers (tests/ is on sys.path): `from core_harness import Core`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pamqp import commands
+
+from kanin.config import BrokerConfig
+from kanin.core.broker import Broker
+from kanin.core.channel import Channel
+from kanin.core.consumer import Consumer
+from kanin.core.message import Entry, Message
+from kanin.core.queue import Queue
+from kanin.testing.clock import FakeScheduler
+
+
+class FakePort:
+    """What a channel needs from its connection; `writable` can be switched by a test."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.vhost = broker.vhosts["/"]
+        self.user = broker.users.users["guest"]
+        self.frame_max = 131072
+        self.client_capabilities: dict[str, Any] = {"consumer_cancel_notify": True}
+        self.exclusive_queues: set[Queue] = set()
+        self.writable = True
+        self.channels: list[Channel] = []
+        self.sent = 0
+
+    def send(self, data: bytes) -> None:
+        self.sent += 1
+
+    def send_parts(self, parts: list[bytes]) -> None:
+        self.sent += 1
+
+    def request_flush(self, channel: Channel) -> None:
+        pass
+
+    def resume_writing(self) -> None:
+        """As the server's connection does when its socket drains."""
+        self.writable = True
+        for channel in self.channels:
+            channel.wake()
+
+
+class RecordingChannel(Channel):
+    """A channel that notes every delivery in its Core's log."""
+
+    def __init__(self, channel_id: int, port: FakePort, log: list[tuple[str, bytes]]) -> None:
+        super().__init__(channel_id, port)
+        self.log = log
+
+    def deliver(self, consumer: Consumer, entry: Entry) -> None:
+        assert entry.message is not None
+        self.log.append((consumer.tag, entry.message.body))
+        super().deliver(consumer, entry)
+
+
+class Core:
+    """One broker, one connection; `run()` runs everything the broker scheduled."""
+
+    def __init__(self) -> None:
+        self.clock = FakeScheduler()
+        self.broker = Broker(BrokerConfig(), self.clock)
+        self.port = FakePort(self.broker)
+        self.vhost = self.port.vhost
+        self.deliveries: list[tuple[str, bytes]] = []
+
+    def run(self) -> None:
+        self.clock.run_soon()
+
+    def declare(self, name: str, **arguments: Any) -> Queue:
+        return self.vhost.declare_queue(
+            name,
+            self.port,
+            passive=False,
+            durable=False,
+            exclusive=False,
+            auto_delete=False,
+            arguments=arguments,
+        )
+
+    def channel(self, prefetch: int = 0, global_prefetch: int = 0) -> RecordingChannel:
+        channel = RecordingChannel(len(self.port.channels) + 1, self.port, self.deliveries)
+        self.port.channels.append(channel)
+        if prefetch:
+            channel.handle_method(commands.Basic.Qos(prefetch_count=prefetch))
+        if global_prefetch:
+            channel.handle_method(commands.Basic.Qos(prefetch_count=global_prefetch, global_=True))
+        return channel
+
+    def consume(
+        self,
+        channel: Channel,
+        queue: str,
+        tag: str,
+        priority: int | None = None,
+        no_ack: bool = False,
+        exclusive: bool = False,
+    ) -> Consumer:
+        arguments = {} if priority is None else {"x-priority": priority}
+        channel.handle_method(
+            commands.Basic.Consume(
+                queue=queue,
+                consumer_tag=tag,
+                no_ack=no_ack,
+                exclusive=exclusive,
+                arguments=arguments,
+                nowait=True,
+            )
+        )
+        return channel.consumers[tag]
+
+    def publish(self, queue: str, *bodies: bytes) -> None:
+        target = self.vhost.queues[queue]
+        for body in bodies:
+            target.publish(Message("", queue, b"", body, commands.Basic.Properties(), None))
+
+    def take_deliveries(self) -> list[tuple[str, bytes]]:
+        """Run the broker, then return (and forget) what was delivered meanwhile."""
+        self.run()
+        got, self.deliveries[:] = list(self.deliveries), []
+        return got
+
+
+def ack_all(channel: Channel) -> None:
+    channel.handle_method(commands.Basic.Ack(delivery_tag=0, multiple=True))
+
+
+def cancel(channel: Channel, tag: str) -> None:
+    channel.handle_method(commands.Basic.Cancel(consumer_tag=tag, nowait=True))
