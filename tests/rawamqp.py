@@ -10,6 +10,7 @@ sends whatever it is told to. Frames are built and parsed with pamqp.
         c.publish(1, b"body", routing_key="q")       # publish + header + body frames
         c.rpc(1, commands.Basic.Get(queue="q"), commands.Basic.GetOk)
         content_header, chunks = c.read_content(1)   # header + payload of each body frame
+        frame_type, channel, payload = c.read_raw_frame()  # undecoded
         c.send_method(1, commands.Queue.Declare(queue="nope", passive=True))
         close = c.expect(commands.Channel.Close, channel=1)  # -> pamqp method object
         c.send_raw(build_frame(7, 1, b"abc"))        # arbitrary bytes
@@ -190,6 +191,18 @@ class RawClient:
             if skip_heartbeats and isinstance(value, heartbeat.Heartbeat):
                 continue
             return channel, value
+
+    def read_raw_frame(self, timeout: float = DEFAULT_TIMEOUT) -> tuple[int, int, bytes]:
+        """Next frame as (type, channel, payload), undecoded: for content that pamqp's
+        decoder would choke on (say, deeply nested headers)."""
+        deadline = time.monotonic() + timeout
+        while len(self._buffer) < 7:
+            self._fill(deadline)
+        frame_type, channel, size = struct.unpack(">BHI", self._buffer[:7])
+        while len(self._buffer) < 8 + size:
+            self._fill(deadline)
+        payload, self._buffer = self._buffer[7 : 7 + size], self._buffer[8 + size :]
+        return frame_type, channel, payload
 
     def expect(
         self, kind: type[M], channel: int | None = None, timeout: float = DEFAULT_TIMEOUT

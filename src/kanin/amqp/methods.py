@@ -16,6 +16,7 @@ from pamqp import encode as pamqp_encode
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ConnectionError_
+from kanin.amqp.tables import check_table_depth
 
 _METHOD_ID = struct.Struct(">I")
 _SHORT = struct.Struct(">H")
@@ -99,6 +100,8 @@ def unmarshal_arguments(method: Any, payload: bytes, offset: int) -> None:
             except UnicodeDecodeError:
                 value = raw  # SASL responses and the like may be binary
         else:
+            if data_type == "table":
+                check_table_depth(payload, offset)  # before pamqp's decoder recurses
             consumed, value = pamqp_decode.by_type(payload[offset:], data_type)
             offset += consumed
         if offset > end:

@@ -4,7 +4,8 @@ pamqp's generic decoder (ContentHeader.unmarshal) was about a tenth of the broke
 CPU per publish in profiles (bench/README.md, "Hot path"): it builds a ContentHeader,
 validates, and dispatches each field through a type table. This decoder reads the
 fields in place and returns the same pamqp Basic.Properties, unvalidated, as pamqp
-would; field tables still go through pamqp's decoder, which checks them.
+would; field tables still go through pamqp's decoder, which checks them, once their
+nesting is known to be within bounds (tables.py).
 
 Publishers mostly send the same properties with every message, so decoded properties
 without per-message fields are cached by their bytes. Cached objects are shared:
@@ -22,6 +23,7 @@ from pamqp import decode as pamqp_decode
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ConnectionError_
+from kanin.amqp.tables import check_table_depth
 
 Properties = commands.Basic.Properties
 
@@ -87,6 +89,7 @@ def _decode(data: bytes) -> tuple[int, Any]:
             values[name] = data[offset]
             offset += 1
         elif kind == _TABLE:
+            check_table_depth(data, offset)  # before pamqp's decoder recurses
             consumed, values[name] = pamqp_decode.field_table(data[offset:])
             offset += consumed
         else:

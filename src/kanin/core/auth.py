@@ -2,8 +2,12 @@
 
 Password hashes use RabbitMQ's default scheme (rabbit_password_hashing_sha256):
 base64(salt[4] + sha256(salt + password)), so definitions can move between the two.
-Permissions are three regexes per (user, vhost): configure, write, read; an empty
-string grants nothing, as in RabbitMQ.
+Permissions are three regexes per (user, vhost): configure, write, read. As in
+RabbitMQ (rabbit_auth_backend_internal), a pattern is searched for anywhere in the
+name, not anchored: `alice` grants `xalicex`, `^alice-` only names starting so. An
+empty pattern stands for `^$`, which no exchange or queue name matches (the default
+exchange is checked as `amq.default`): it grants nothing.
+See https://www.rabbitmq.com/access-control.html#authorisation
 """
 
 from __future__ import annotations
@@ -38,9 +42,7 @@ class Permission:
     read: str = ".*"
     # Answers so far: every publish checks write access to its exchange, and a regex
     # match per publish showed in profiles. Frozen, so answers never go stale.
-    _answers: dict[tuple[str, str], bool] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    _answers: dict[tuple[str, str], bool] = field(default_factory=dict, compare=False, repr=False)
 
     def allows(self, kind: str, name: str) -> bool:
         answer = self._answers.get((kind, name))
@@ -48,7 +50,7 @@ class Permission:
             if len(self._answers) >= _MAX_ANSWERS:
                 self._answers.clear()
             pattern: str = getattr(self, kind)
-            answer = pattern != "" and _compiled(pattern).match(name) is not None
+            answer = _compiled(pattern or "^$").search(name) is not None
             self._answers[(kind, name)] = answer
         return answer
 

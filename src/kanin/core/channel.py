@@ -12,6 +12,7 @@ Rules of this file:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,8 @@ from kanin.core.unacked import Unacked, UnackedLedger
 
 if TYPE_CHECKING:
     from kanin.core.ports import ConnectionPort
+
+log = logging.getLogger(__name__)
 
 Handler = Callable[["Channel", Any], None]
 HANDLERS: dict[type, Handler] = {}
@@ -317,6 +320,13 @@ class Channel:
 
     def fail(self, exc: ChannelError) -> None:
         """A channel error: send channel.close and wait for close-ok."""
+        log.info(
+            "channel error on connection %s, channel %d: %d %s",
+            self.port.name,
+            self.id,
+            exc.reply_code,
+            exc.reply_text,
+        )
         self.send_method(
             build(
                 commands.Channel.Close,

@@ -47,8 +47,8 @@ def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
         _consume_reply_to(channel, method)
         return
     name = _queue_name(channel, method.queue)
-    queue = channel.vhost.get_queue(name, channel.port)
     check_permission(channel.port, "read", "queue", name)
+    queue = channel.vhost.get_queue(name, channel.port)
     tag = _consumer_tag(channel, method)
     if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
         raise ChannelError(
@@ -101,8 +101,8 @@ def basic_cancel(channel: Channel, method: commands.Basic.Cancel) -> None:
 @handles(commands.Basic.Get)
 def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
     name = _queue_name(channel, method.queue)
-    queue = channel.vhost.get_queue(name, channel.port)
     check_permission(channel.port, "read", "queue", name)
+    queue = channel.vhost.get_queue(name, channel.port)
     queue.touch()
     entry = queue.take()
     if entry is None:

@@ -9,14 +9,12 @@ from kanin.amqp.errors import ChannelError
 from kanin.amqp.methods import build
 from kanin.core.channel import Channel, handles
 from kanin.core.exchanges import Destination
-from kanin.core.permissions import check_permission
+from kanin.core.permissions import authorizer, check_permission
 from kanin.core.publishing import REPLY_TO, is_reply_to_name
 
 
 @handles(commands.Exchange.Declare)
 def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> None:
-    if not method.passive:
-        check_permission(channel.port, "configure", "exchange", method.exchange)
     channel.vhost.declare_exchange(
         method.exchange,
         method.exchange_type,
@@ -25,6 +23,7 @@ def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> Non
         auto_delete=method.auto_delete,
         internal=method.internal,
         arguments=method.arguments or {},
+        authorize=None if method.passive else authorizer(channel.port),
     )
     if not method.nowait:
         channel.send_method(build(commands.Exchange.DeclareOk))
@@ -32,8 +31,9 @@ def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> Non
 
 @handles(commands.Exchange.Delete)
 def exchange_delete(channel: Channel, method: commands.Exchange.Delete) -> None:
-    check_permission(channel.port, "configure", "exchange", method.exchange)
-    channel.vhost.delete_exchange(method.exchange, method.if_unused)
+    channel.vhost.delete_exchange(
+        method.exchange, method.if_unused, authorize=authorizer(channel.port)
+    )
     if not method.nowait:
         channel.send_method(build(commands.Exchange.DeleteOk))
 
@@ -44,12 +44,12 @@ def exchange_bind(
 ) -> None:
     vhost = channel.vhost
     check_permission(channel.port, "write", "exchange", method.destination)
+    if method.destination == "" or method.source == "":
+        raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
     check_permission(channel.port, "read", "exchange", method.source)
     binding = isinstance(method, commands.Exchange.Bind)
     destination: Destination | None
-    if method.destination == "":
-        destination = vhost.default_exchange
-    elif binding:
+    if binding:
         destination = vhost.get_exchange(method.destination)
     else:
         destination = vhost.exchanges.get(method.destination)
@@ -57,8 +57,6 @@ def exchange_bind(
         vhost.bind(method.source, destination, method.routing_key, method.arguments or {})
     elif destination is not None:
         vhost.unbind(method.source, destination, method.routing_key, method.arguments or {})
-    elif method.source == "":
-        raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
     if not method.nowait:
         channel.send_method(
             build(commands.Exchange.BindOk) if binding else build(commands.Exchange.UnbindOk)
@@ -78,8 +76,6 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
         queue = vhost.get_queue(method.queue, port)
         queue.touch()  # a passive declare counts as use for x-expires, as in RabbitMQ
     else:
-        if method.queue:
-            check_permission(port, "configure", "queue", method.queue)
         queue = vhost.declare_queue(
             method.queue,
             port,
@@ -88,6 +84,7 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
             exclusive=method.exclusive,
             auto_delete=method.auto_delete,
             arguments=method.arguments or {},
+            authorize=authorizer(port),
         )
     if queue.exclusive_owner is port:
         port.exclusive_queues.add(queue)
@@ -108,17 +105,16 @@ def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Un
     vhost, port = channel.vhost, channel.port
     name = method.queue or channel.last_queue_name
     check_permission(port, "write", "queue", name)
+    if method.exchange == "":
+        raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
     check_permission(port, "read", "exchange", method.exchange)
     arguments = method.arguments or {}
     if isinstance(method, commands.Queue.Bind):
-        if method.exchange != "":
-            vhost.get_exchange(method.exchange)  # RabbitMQ reports a missing exchange first
+        vhost.get_exchange(method.exchange)  # RabbitMQ reports a missing exchange first
         vhost.bind(method.exchange, vhost.get_queue(name, port), method.routing_key, arguments)
         if not method.nowait:
             channel.send_method(build(commands.Queue.BindOk))
         return
-    if method.exchange == "":
-        raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
     # RabbitMQ 3.x: unbinding from a missing queue or exchange, or a missing binding, is ok;
     # only touching an existing binding of another connection's exclusive queue is refused.
     queue = vhost.queues.get(name)
@@ -133,8 +129,8 @@ def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Un
 @handles(commands.Queue.Purge)
 def queue_purge(channel: Channel, method: commands.Queue.Purge) -> None:
     name = method.queue or channel.last_queue_name
-    queue = channel.vhost.get_queue(name, channel.port)
     check_permission(channel.port, "read", "queue", name)
+    queue = channel.vhost.get_queue(name, channel.port)
     count = queue.purge()
     if not method.nowait:
         channel.send_method(build(commands.Queue.PurgeOk, message_count=count))
@@ -144,13 +140,13 @@ def queue_purge(channel: Channel, method: commands.Queue.Purge) -> None:
 def queue_delete(channel: Channel, method: commands.Queue.Delete) -> None:
     vhost = channel.vhost
     name = method.queue or channel.last_queue_name
+    check_permission(channel.port, "configure", "queue", name)
     queue = vhost.queues.get(name)
     if queue is None:
         # RabbitMQ 3.x answers delete-ok for a queue that does not exist.
         count = 0
     else:
         vhost.check_exclusive(queue, channel.port)
-        check_permission(channel.port, "configure", "queue", name)
         count = vhost.delete_queue(queue, method.if_unused, method.if_empty)
     if not method.nowait:
         channel.send_method(build(commands.Queue.DeleteOk, message_count=count))

@@ -19,6 +19,7 @@ class ConnectionPort(Protocol):
     frame_max: int
     client_capabilities: dict[str, Any]
     exclusive_queues: set[Queue]  # the connection deletes them when it closes
+    name: str  # "client address:port -> our address:port", for log lines
 
     @property
     def writable(self) -> bool:

@@ -39,10 +39,10 @@ def publish(channel: Channel, content: Content) -> None:
     if method.immediate:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "immediate=true")
     vhost = channel.vhost
+    check_permission(channel.port, "write", "exchange", method.exchange)
     exchange = vhost.exchanges.get(method.exchange)
     if exchange is None:
         raise vhost.exchange_not_found(method.exchange)
-    check_permission(channel.port, "write", "exchange", method.exchange)
     if exchange.internal:
         raise ChannelError(
             C.ACCESS_REFUSED,

@@ -27,6 +27,7 @@ from kanin.core.field_values import same_field_value, wire_type_name
 from kanin.core.memory import MemoryMonitor
 from kanin.core.message import Entry
 from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES
+from kanin.core.permissions import Authorize
 from kanin.core.queue import Queue
 from kanin.core.queue_args import KNOWN_ARGUMENTS, parse_queue_args
 from kanin.core.scheduling import Scheduler
@@ -120,36 +121,53 @@ class VirtualHost:
         auto_delete: bool,
         internal: bool,
         arguments: dict[str, Any],
+        authorize: Authorize | None = None,
     ) -> Exchange:
-        if name == "":
-            raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
+        """Checks in rabbit_channel's order: type, default exchange, configure permission,
+        then equivalence (existing) or name, alternate exchange and its permissions (new)."""
         if passive:
+            self._refuse_default_exchange(name)
             return self.get_exchange(name)
         cls = EXCHANGE_TYPES.get(type_)
         if cls is None:
             raise ConnectionError_(C.COMMAND_INVALID, f"unknown exchange type '{type_}'")
+        self._refuse_default_exchange(name)
+        if authorize is not None:
+            authorize("configure", "exchange", name)
         existing = self.exchanges.get(name)
-        if existing is None and name.startswith("amq."):
-            raise ChannelError(
-                C.ACCESS_REFUSED, f"exchange name '{name}' contains reserved prefix 'amq.*'"
-            )
-        alternate = arguments.get("alternate-exchange")
-        if alternate is not None and not isinstance(alternate, str):
-            raise ChannelError(
-                C.PRECONDITION_FAILED,
-                f"invalid type '{wire_type_name(alternate)}' for arg 'alternate-exchange' in "
-                f"exchange '{name}' {self._where()}",
-            )
         if existing is not None:
             self._check_equivalent_exchange(
                 existing, type_, durable, auto_delete, internal, arguments
             )
             return existing
+        if name.startswith("amq."):
+            raise ChannelError(
+                C.ACCESS_REFUSED, f"exchange name '{name}' contains reserved prefix 'amq.*'"
+            )
+        alternate = self._exchange_arg(arguments, "alternate-exchange", f"exchange '{name}'")
+        if alternate is not None and authorize is not None:
+            # Messages unroutable here go to the alternate: publishing here is writing there.
+            authorize("read", "exchange", name)
+            authorize("write", "exchange", alternate)
         exchange = cls(name, durable, auto_delete, internal, arguments)
         self.exchanges[name] = exchange
         if durable:
             self._definitions_changed()
         return exchange
+
+    def _refuse_default_exchange(self, name: str) -> None:
+        if name == "":
+            raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
+
+    def _exchange_arg(self, arguments: dict[str, Any], key: str, what: str) -> str | None:
+        """An argument naming an exchange (alternate or dead-letter); 406 unless a string."""
+        value = arguments.get(key)
+        if value is not None and not isinstance(value, str):
+            raise ChannelError(
+                C.PRECONDITION_FAILED,
+                f"invalid type '{wire_type_name(value)}' for arg '{key}' in {what} {self._where()}",
+            )
+        return value
 
     def _check_equivalent_exchange(
         self,
@@ -190,14 +208,17 @@ class VirtualHost:
                 C.PRECONDITION_FAILED, f"inequivalent arg '{key}' {what}: received {texts}"
             )
 
-    def delete_exchange(self, name: str, if_unused: bool) -> None:
-        if name == "":
-            raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
+    def delete_exchange(
+        self, name: str, if_unused: bool, authorize: Authorize | None = None
+    ) -> None:
+        self._refuse_default_exchange(name)
         if name.startswith("amq.") and name in self.exchanges:
             raise ChannelError(
                 C.ACCESS_REFUSED,
                 f"deletion of system exchange '{name}' {self._where()} not allowed",
             )
+        if authorize is not None:
+            authorize("configure", "exchange", name)
         exchange = self.exchanges.get(name)
         if exchange is None:
             return  # deleting what is not there is fine, as in RabbitMQ 3.x
@@ -230,7 +251,11 @@ class VirtualHost:
         exclusive: bool,
         auto_delete: bool,
         arguments: dict[str, Any],
+        authorize: Authorize | None = None,
     ) -> Queue:
+        """Checks in rabbit_channel's order: name, configure permission (server-made
+        names too), then equivalence (existing) or the dead-letter exchange and its
+        permissions, then the other arguments (new)."""
         if passive:
             return self.get_queue(name, connection)
         if name == "":
@@ -239,21 +264,21 @@ class VirtualHost:
             raise ChannelError(
                 C.ACCESS_REFUSED, f"queue name '{name}' contains reserved prefix 'amq.*'"
             )
+        if authorize is not None:
+            authorize("configure", "queue", name)
         existing = self.queues.get(name)
         if existing is not None:
-            self.check_exclusive(existing, connection)
-            if existing.exclusive != exclusive:
-                # RabbitMQ reports a lock, not an inequivalence, for a changed exclusive flag.
-                raise self._locked(name)
-            what = f"for queue '{name}' {self._where()}"
-            _check_equivalent_flags(
-                what,
-                ("durable", durable, existing.durable),
-                ("auto_delete", auto_delete, existing.auto_delete),
+            self._check_equivalent_queue(
+                existing, connection, exclusive, durable, auto_delete, arguments
             )
-            self._check_equivalent_args(existing.arguments, arguments, what, KNOWN_ARGUMENTS)
-            existing.touch()
             return existing
+        dead_letter_exchange = self._exchange_arg(
+            arguments, "x-dead-letter-exchange", f"queue '{name}'"
+        )
+        if dead_letter_exchange is not None and authorize is not None:
+            # Dead-lettering reads from this queue and publishes to the exchange.
+            authorize("read", "queue", name)
+            authorize("write", "exchange", dead_letter_exchange)
         args = parse_queue_args(arguments, name, self.name)
         queue = Queue(
             name,
@@ -274,6 +299,28 @@ class VirtualHost:
         if durable and not exclusive:
             self._definitions_changed()
         return queue
+
+    def _check_equivalent_queue(
+        self,
+        existing: Queue,
+        connection: object,
+        exclusive: bool,
+        durable: bool,
+        auto_delete: bool,
+        arguments: dict[str, Any],
+    ) -> None:
+        self.check_exclusive(existing, connection)
+        if existing.exclusive != exclusive:
+            # RabbitMQ reports a lock, not an inequivalence, for a changed exclusive flag.
+            raise self._locked(existing.name)
+        what = f"for queue '{existing.name}' {self._where()}"
+        _check_equivalent_flags(
+            what,
+            ("durable", durable, existing.durable),
+            ("auto_delete", auto_delete, existing.auto_delete),
+        )
+        self._check_equivalent_args(existing.arguments, arguments, what, KNOWN_ARGUMENTS)
+        existing.touch()
 
     def _dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
         dead_letter(self, queue, entries, reason)

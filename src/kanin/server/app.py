@@ -12,6 +12,7 @@ from pathlib import Path
 from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
 from kanin.core.persistence import Persistence
+from kanin.server.bugs import loop_exception_handler
 from kanin.server.connection import AMQPConnection
 from kanin.server.disk import DiskMonitor
 from kanin.store.store import FileStore
@@ -32,6 +33,7 @@ class BrokerServer:
     async def start(self) -> list[tuple[str, int]]:
         """Listen; return the (host, port) of every listening socket."""
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(loop_exception_handler)
         data_dir = self.config.data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         started = loop.time()

@@ -35,6 +35,7 @@ from kanin.amqp.frames import (
 from kanin.amqp.methods import build, class_and_method, encode_heartbeat, encode_method, short_text
 from kanin.core.channel import Channel
 from kanin.server import handshake
+from kanin.server.bugs import log_bug
 from kanin.server.heartbeat import Heartbeat
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class AMQPConnection(asyncio.Protocol):
         self.state = State.HEADER
         self.transport: asyncio.Transport | None = None
         self.peer: tuple[Any, ...] = ("?", 0)
+        self.name = "?"  # "client address:port -> our address:port", as RabbitMQ names it
         self._header = b""
         # Until tune-ok, frames may be as large as the frame_max we are about to propose.
         self.reader = FrameReader(self.config.frame_max or 131072, whole_publishes=True)
@@ -109,6 +111,9 @@ class AMQPConnection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)
         transport = self.transport
         self.peer = transport.get_extra_info("peername") or ("?", 0)
+        local = transport.get_extra_info("sockname") or ("?", 0)
+        self.name = f"{_address(self.peer)} -> {_address(local)}"
+        log.info("accepting AMQP connection %s", self.name)
         transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         self._registry.add(self)
         self._timers.append(
@@ -148,7 +153,7 @@ class AMQPConnection(asyncio.Protocol):
             if self.is_publisher and alarms.blocked and not self.blocked:
                 self.on_alarm(True, alarms.reason)
         except handshake.SilentClose as exc:
-            log.warning("closing connection from %s during handshake: %s", self.peer, exc)
+            log.warning("closing AMQP connection %s during handshake: %s", self.name, exc)
             self._drop()
             return
         except ConnectionError_ as exc:
@@ -161,8 +166,8 @@ class AMQPConnection(asyncio.Protocol):
                 )
             )
             return
-        except Exception:
-            log.exception("internal error on connection from %s", self.peer)
+        except Exception as exc:
+            log_bug(f"on connection {self.name}{self._who()}", exc)
             self.fail(ConnectionError_(C.INTERNAL_ERROR, "internal error"))
             return
         self._soon.run_pending()
@@ -186,6 +191,13 @@ class AMQPConnection(asyncio.Protocol):
                 self.transport.pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.state is not State.CLOSED:
+            # Neither side closed it the AMQP way (a close we sent may be unanswered).
+            log.info(
+                "closing AMQP connection %s%s: client unexpectedly closed TCP connection",
+                self.name,
+                self._who(),
+            )
         self.state = State.CLOSED
         self._registry.discard(self)
         for timer in self._timers:
@@ -295,7 +307,7 @@ class AMQPConnection(asyncio.Protocol):
 
     def _handshake_timeout(self) -> None:
         if self.state not in (State.OPEN, State.CLOSED) and self.transport is not None:
-            log.warning("closing connection from %s: handshake timed out", self.peer)
+            log.warning("closing AMQP connection %s: handshake timed out", self.name)
             self.state = State.CLOSED
             self.transport.close()
 
@@ -328,7 +340,7 @@ class AMQPConnection(asyncio.Protocol):
             # Without authentication_failure_close the client gets no reason, as in RabbitMQ.
             if not self.client_capabilities.get("authentication_failure_close"):
                 raise handshake.SilentClose(refusal)
-            log.warning("%s (from %s)", refusal, self.peer)
+            log.warning("closing AMQP connection %s: %s", self.name, refusal)
             raise handshake.login_refused(method.mechanism)
         assert user is not None
         self.user = user
@@ -377,12 +389,23 @@ class AMQPConnection(asyncio.Protocol):
             )
         self.vhost = vhost
         self.state = State.OPEN
+        log.info(
+            "connection %s: user '%s' authenticated and granted access to vhost '%s'",
+            self.name,
+            self.user.name,
+            vhost.name,
+        )
         self.send(encode_method(0, build(commands.Connection.OpenOk)))
 
     # -- heartbeats ----------------------------------------------------------------------
 
     def _dead_peer(self) -> None:
-        log.warning("missed heartbeats from %s, timeout: %ss; closing", self.peer, self.heartbeat_s)
+        log.warning(
+            "closing AMQP connection %s%s: missed heartbeats from client, timeout: %ss",
+            self.name,
+            self._who(),
+            self.heartbeat_s,
+        )
         self.state = State.CLOSED
         if self.transport is not None:
             self.transport.abort()
@@ -507,6 +530,7 @@ class AMQPConnection(asyncio.Protocol):
     # -- closing ---------------------------------------------------------------------------
 
     def _close_requested(self) -> None:
+        log.info("closing AMQP connection %s%s: client closed it", self.name, self._who())
         self._shutdown_channels()
         self.send(encode_method(0, build(commands.Connection.CloseOk)))
         self._flush()
@@ -529,7 +553,13 @@ class AMQPConnection(asyncio.Protocol):
         """A connection error: send connection.close and wait (bounded) for close-ok."""
         if self.state in (State.CLOSING, State.CLOSED):
             return
-        log.info("closing connection from %s: %s", self.peer, exc.reply_text)
+        log.info(
+            "closing AMQP connection %s%s: %d %s",
+            self.name,
+            self._who(),
+            exc.reply_code,
+            exc.reply_text,
+        )
         self._shutdown_channels()
         # Replies already queued (connection.start, open-ok, ...) still go out first.
         self.send(
@@ -552,6 +582,14 @@ class AMQPConnection(asyncio.Protocol):
         """Close from the broker side (shutdown, management): 320 CONNECTION_FORCED."""
         self.fail(ConnectionError_(C.CONNECTION_FORCED, text))
 
+    def _who(self) -> str:
+        """(vhost '/', user 'guest') once known: log lines name who was connected."""
+        user = getattr(self, "user", None)
+        if user is None:
+            return ""
+        vhost = getattr(self, "vhost", None)
+        return f" (vhost '{vhost.name}', user '{user.name}')" if vhost else f" (user '{user.name}')"
+
     def _drop(self) -> None:
         """Close the socket with no connection.close (handshake refusals)."""
         self.state = State.CLOSED
@@ -568,3 +606,8 @@ class AMQPConnection(asyncio.Protocol):
             channel.shutdown()
         self.channels.clear()
         self._dirty_channels.clear()
+
+
+def _address(address: tuple[Any, ...]) -> str:
+    host = str(address[0])
+    return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"

@@ -13,6 +13,7 @@ from kanin import __version__
 from kanin.amqp import constants as C
 from kanin.amqp.errors import AMQPError, ConnectionError_
 from kanin.amqp.methods import build
+from kanin.amqp.tables import check_table_depth
 from kanin.config import BrokerConfig
 
 MECHANISMS = "PLAIN AMQPLAIN"
@@ -65,7 +66,9 @@ def parse_credentials(mechanism: str, response: str | bytes) -> tuple[str, str]:
     if mechanism == "AMQPLAIN":
         # AMQPLAIN sends a field table without its 4-byte length prefix.
         try:
-            _, table = decode.field_table(struct.pack(">I", len(raw)) + raw)
+            table_bytes = struct.pack(">I", len(raw)) + raw
+            check_table_depth(table_bytes)
+            _, table = decode.field_table(table_bytes)
         except Exception as exc:  # pamqp raises several kinds on bad input
             raise ConnectionError_(C.ACCESS_REFUSED, "Invalid AMQPLAIN response") from exc
         login, password = table.get("LOGIN"), table.get("PASSWORD")
