@@ -22,6 +22,12 @@ and the record's bytes stay in `_pending` (reads are served from there); after a
 round they stay there for good, since the record never reached the disk. Compaction
 points a moved message at its copy only once the copy is on disk, and a segment is
 deleted only when nothing live is in it, so a location never names a deleted file.
+
+Recovery (`recover`) replays every segment's records oldest first. Damage is handled by
+the segment log (segments.py): bad records are skipped and reported, only the newest
+segment's torn tail is cut, and a missing segment file raises errors.RecoveryError unless
+the store was made with force_recovery. New records then go to a fresh segment numbered
+past every file and every number ever used (a lost file's number is never reused).
 """
 
 from __future__ import annotations
