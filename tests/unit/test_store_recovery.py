@@ -18,6 +18,7 @@ import pytest
 
 from kanin.store import manifest, records
 from kanin.store.segments import SegmentLog
+from kanin.store.store import FileStore
 from kanin.testing.faulty_disk import corrupt_byte, newest_segment, segment_files
 from store_harness import Q1, Harness, Sent, body, expected, segment_of
 
@@ -201,12 +202,10 @@ async def test_a_missing_segment_stops_recovery_unless_forced(
     assert "\n" not in str(info.value)
     assert segment_files(files.directory) == [p for p in paths if p != gone]  # nothing touched
     # Forced: what exists is recovered, the loss logged at error level.
-    files.store = files.file.__class__(
+    files.store = FileStore(
         files.directory, files.loop, segment_bytes=files.segment_bytes, force_recovery=True
     )
-    assert files.contents(files.store.recover()) == expected(
-        [m for m in sent if m.id not in lost]
-    )
+    assert files.contents(files.store.recover()) == expected([m for m in sent if m.id not in lost])
     assert any(gone.name in e and "lost" in e for e in errors(caplog))
     # The loss is recorded: the next start does not stop on it again, and new segments
     # never reuse the lost number.
