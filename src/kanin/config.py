@@ -62,6 +62,13 @@ class BrokerConfig:
     # (RabbitMQ's default disk_free_limit is 50 MB).
     disk_free_limit_bytes: int = 50 * 1000 * 1000
 
+    # The message log starts a new segment file past this size; space is reclaimed a
+    # whole segment at a time. Small values are for tests that need many segments.
+    segment_bytes: int = 64 * 1024 * 1024
+    # Start even when segment files of the message log are missing (their messages are
+    # lost, and logged as such) instead of refusing to start.
+    force_recovery: bool = False
+
     # Write store and connection counters here once a second (for benchmarks), if set.
     stats_file: Path | None = None
 
@@ -77,6 +84,8 @@ class BrokerConfig:
             raise ValueError(f"channel_max must be 0..65535, got {self.channel_max}")
         if self.heartbeat_s < 0:
             raise ValueError(f"heartbeat_s must be >= 0, got {self.heartbeat_s}")
+        if not 0 < self.segment_bytes <= 1 << 31:
+            raise ValueError(f"segment_bytes must be 1..2 GiB, got {self.segment_bytes}")
         if self.queue_memory_budget_bytes < 0:
             raise ValueError(
                 f"queue_memory_budget_bytes must be >= 0, got {self.queue_memory_budget_bytes}"

@@ -1,5 +1,6 @@
 """The message log's record format (kanin/store/records.py): encoding, the file header, and
-scan(), which must stop at the first record that is torn, fails its checksum or is nonsense."""
+scan(), which must skip exactly the records that are torn, fail their checksum or are nonsense,
+find the next valid record after each (resync) and never take bytes inside a body for one."""
 
 from __future__ import annotations
 
@@ -212,26 +213,69 @@ def test_exchange_longer_than_a_shortstr_cannot_be_encoded_silently() -> None:
         encode(Record(ENQUEUE, 1, "q", "x" * 256, "", b"", b""))
 
 
-# -- scan stops at the first bad record --------------------------------------------------------
+# -- scan skips a bad record and goes on from the next valid one ------------------------------
 
 
-def test_scan_stops_at_a_bad_checksum_even_if_later_records_are_valid() -> None:
+def without(items: list[Record], index: int) -> list[Record]:
+    return items[:index] + items[index + 1 :]
+
+
+def test_a_bad_checksum_loses_only_that_record() -> None:
     recs = sample_records()
     data, offsets = log_bytes(recs)
     corrupt = bytearray(data)
     corrupt[offsets[2] + 4] ^= 0xFF  # the checksum field of the third record
-    assert scanned(bytes(corrupt)) == recs[:2]
+    assert scanned(bytes(corrupt)) == without(recs, 2)
+    summaries = records.SummaryScan(bytes(corrupt))
+    assert [s[0] for s in summaries] == without_offset(offsets, 2)
+    assert summaries.skipped == [(offsets[2], offsets[3] - offsets[2])]
+    assert summaries.valid_end == len(data)
+
+
+def without_offset(offsets: list[int], index: int) -> list[int]:
+    return offsets[:index] + offsets[index + 1 :]
 
 
 @pytest.mark.parametrize("index", range(5))
-def test_a_flipped_payload_byte_ends_the_scan_at_that_record(index: int) -> None:
+def test_a_flipped_byte_anywhere_in_a_record_loses_only_that_record(index: int) -> None:
     recs = sample_records()
     data, offsets = log_bytes(recs)
     end = offsets[index + 1] if index + 1 < len(offsets) else len(data)
-    for position in range(offsets[index] + 8, end):
+    for position in range(offsets[index], end):
         corrupt = bytearray(data)
         corrupt[position] ^= 0x01
-        assert scanned(bytes(corrupt)) == recs[:index], position
+        assert scanned(bytes(corrupt)) == without(recs, index), position
+        summaries = records.SummaryScan(bytes(corrupt))
+        assert [s[0] for s in summaries] == without_offset(offsets, index), position
+
+
+def test_a_damaged_length_pointing_at_a_later_record_loses_only_its_own_record() -> None:
+    """The length of record 2 is raised to end exactly where record 4 starts: a valid record
+    sits there, but record 2's payload up to record 3 matches its checksum, which shows the
+    length was the damaged field. Record 3 must not be skipped with it."""
+    recs = sample_records()
+    data, offsets = log_bytes(recs)
+    corrupt = bytearray(data)
+    struct.pack_into(">I", corrupt, offsets[1], offsets[3] - offsets[1] - 8)
+    assert scanned(bytes(corrupt)) == without(recs, 1)
+
+
+def test_records_inside_a_damaged_body_are_not_taken_for_records() -> None:
+    """A message body that holds encoded records (a log shipped through the broker): when a
+    byte of that message is damaged but its length is intact, the records in its body must
+    not be read as the store's own."""
+    q = queue_key("/", "q")
+    inner = encode(Record(REMOVE, 1, q)) + encode(Record(ENQUEUE, 99, q, "", "", b"", b"x"))
+    recs = [
+        Record(ENQUEUE, 1, q, "", "", b"", b"first"),
+        Record(ENQUEUE, 2, q, "", "", b"", b"<" + inner + b">"),
+        Record(ENQUEUE, 3, q, "", "", b"", b"third"),
+    ]
+    data, offsets = log_bytes(recs)
+    corrupt = bytearray(data)
+    corrupt[offsets[2] - 1] ^= 0x01  # the last body byte of record 2
+    assert scanned(bytes(corrupt)) == without(recs, 1)
+    assert [s[2] for s in records.SummaryScan(bytes(corrupt))] == [1, 3]
 
 
 def test_every_torn_tail_yields_exactly_the_whole_records_before_it() -> None:
@@ -241,6 +285,10 @@ def test_every_torn_tail_yields_exactly_the_whole_records_before_it() -> None:
     for cut in range(len(FILE_HEADER), len(data) + 1):
         whole = sum(1 for end in ends if end <= cut)
         assert scanned(data[:cut]) == recs[:whole], cut
+        summaries = records.SummaryScan(data[:cut])
+        assert len(list(summaries)) == whole, cut
+        assert summaries.skipped == [], cut
+        assert summaries.valid_end == ([len(FILE_HEADER), *ends][whole]), cut
 
 
 def test_scan_stops_at_a_length_beyond_the_end_of_the_data() -> None:
@@ -250,22 +298,39 @@ def test_scan_stops_at_a_length_beyond_the_end_of_the_data() -> None:
     assert scanned(data + bogus) == recs[:2]
 
 
-def test_scan_stops_at_a_garbage_length_over_the_limit() -> None:
+def test_a_garbage_length_over_the_limit_is_skipped() -> None:
     recs = sample_records()
     data, _ = log_bytes(recs[:1])
     bogus = struct.pack(">II", records.MAX_RECORD_BYTES + 1, 0)
-    assert scanned(data + bogus + encode(recs[1])) == recs[:1]
+    assert scanned(data + bogus + encode(recs[1])) == recs[:2]
     huge = struct.pack(">II", 0xFFFFFFFF, 0xFFFFFFFF)
     assert scanned(data + huge) == recs[:1]
 
 
-def test_scan_stops_at_zero_filled_tail() -> None:
+def test_zeros_are_not_records() -> None:
     # A file extended with zeros by a crash: length 0 and crc32(b"") == 0 "match".
     recs = sample_records()
     data, _ = log_bytes(recs)
     assert zlib.crc32(b"") == 0
     assert scanned(data + bytes(64)) == recs
-    assert scanned(data + bytes(64) + encode(recs[0])) == recs
+    summaries = records.SummaryScan(data + bytes(64))
+    assert len(list(summaries)) == len(recs)
+    assert (summaries.valid_end, summaries.skipped) == (len(data), [])
+    # Zeros in the middle, then a valid record: the zeros are skipped, the record kept.
+    assert scanned(data + bytes(64) + encode(recs[0])) == [*recs, recs[0]]
+
+
+def test_random_bytes_are_never_taken_for_a_record() -> None:
+    """The cheap checks (type byte, field lengths adding up to the length) and the checksum
+    together: a megabyte of random bytes yields nothing, whatever precedes it."""
+    import random
+
+    noise = random.Random(7).randbytes(1 << 20)
+    data, _ = log_bytes(sample_records()[:1])
+    assert scanned(data + noise) == sample_records()[:1]
+    summaries = records.SummaryScan(data + noise)
+    assert len(list(summaries)) == 1
+    assert (summaries.valid_end, summaries.skipped) == (len(data), [])
 
 
 def enqueue_fields(exchange: int = 0, body: int = 0) -> bytes:
@@ -286,12 +351,13 @@ def enqueue_fields(exchange: int = 0, body: int = 0) -> bytes:
         pytest.param(enqueue_fields(exchange=2) + b"q\xff\xfe", id="enqueue-bad-utf8-exchange"),
     ],
 )
-def test_scan_stops_at_a_checksummed_but_malformed_record(payload: bytes) -> None:
+def test_a_checksummed_but_malformed_record_is_skipped(payload: bytes) -> None:
     recs = sample_records()
     data, offsets = log_bytes(recs[:2])
-    assert scanned(data + framed(payload) + encode(recs[2])) == recs[:2]
+    assert scanned(data + framed(payload) + encode(recs[2])) == recs[:3]
     summaries = records.SummaryScan(data + framed(payload) + encode(recs[2]))
-    assert [s[0] for s in summaries] == offsets
+    assert [s[0] for s in summaries] == [*offsets, len(data) + len(framed(payload))]
+    assert summaries.skipped == [(len(data), len(framed(payload)))]
 
 
 @given(recs=st.lists(any_record, max_size=12))
@@ -321,7 +387,7 @@ def test_payload_at_reads_one_whole_record_or_refuses() -> None:
 
 @given(recs=st.lists(any_record, min_size=1, max_size=6), data=st.data())
 @settings(max_examples=200, deadline=None)
-def test_any_single_byte_corruption_keeps_exactly_the_records_before_it(
+def test_any_single_byte_corruption_loses_exactly_the_record_it_hits(
     recs: list[Record], data: st.DataObject
 ) -> None:
     log, offsets = log_bytes(recs)
@@ -330,5 +396,10 @@ def test_any_single_byte_corruption_keeps_exactly_the_records_before_it(
     corrupt = bytearray(log)
     corrupt[position] ^= flip
     hit = max(i for i, offset in enumerate(offsets) if offset <= position)
-    assert scanned(bytes(corrupt)) == recs[:hit]
-    assert [s[0] for s in records.SummaryScan(bytes(corrupt))] == offsets[:hit]
+    assert scanned(bytes(corrupt)) == without(recs, hit)
+    summaries = records.SummaryScan(bytes(corrupt))
+    assert [s[0] for s in summaries] == without_offset(offsets, hit)
+    if hit + 1 < len(recs):
+        assert summaries.skipped == [(offsets[hit], offsets[hit + 1] - offsets[hit])]
+    else:  # the last record: a bad tail, nothing skipped
+        assert (summaries.skipped, summaries.valid_end) == ([], offsets[hit])

@@ -12,6 +12,7 @@ from pathlib import Path
 from kanin import __version__
 from kanin.config import BrokerConfig
 from kanin.server.app import BrokerServer
+from kanin.store.errors import RecoveryError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,6 +39,19 @@ def build_parser() -> argparse.ArgumentParser:
         default=4.0,
         help="MiB of ready message bodies each queue keeps in memory; a durable queue keeps "
         "persistent messages beyond that on disk only (default 4)",
+    )
+    server.add_argument(
+        "--segment-mb",
+        type=float,
+        default=64.0,
+        help="MiB after which the message log starts a new segment file (default 64)",
+    )
+    server.add_argument(
+        "--force-recovery",
+        action="store_true",
+        help="start even if segment files of the message log are missing: the persistent "
+        "messages they held are lost (each missing file is logged at error level); without "
+        "it, kanin refuses to start",
     )
     server.add_argument(
         "--stats-file",
@@ -68,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                 heartbeat_s=args.heartbeat,
                 stats_file=args.stats_file,
                 queue_memory_budget_bytes=int(args.queue_memory_mb * 1024 * 1024),
+                segment_bytes=int(args.segment_mb * 1024 * 1024),
+                force_recovery=args.force_recovery,
             )
         except ValueError as exc:
             print(f"kanin: {exc}", file=sys.stderr)
@@ -95,6 +111,9 @@ def run_server(config: BrokerConfig) -> int:
     except OSError as exc:
         print(f"kanin: cannot start: {exc}", file=sys.stderr)
         return 1
+    except RecoveryError as exc:
+        print(f"kanin: cannot start: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

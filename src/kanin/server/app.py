@@ -37,7 +37,12 @@ class BrokerServer:
         data_dir = self.config.data_dir
         data_dir.mkdir(parents=True, exist_ok=True)
         started = loop.time()
-        self.store = FileStore(data_dir / "messages", loop)
+        self.store = FileStore(
+            data_dir / "messages",
+            loop,
+            segment_bytes=self.config.segment_bytes,
+            force_recovery=self.config.force_recovery,
+        )
         self.broker = broker = Broker(self.config, loop, self.store)
         self.persistence = persistence = Persistence(broker, data_dir, self.store)
         persistence.restore()

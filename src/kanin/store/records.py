@@ -23,13 +23,27 @@ Version 1 had no priority or expiry, and the ENQUEUE lengths sat each before its
 field, after the queue key; REMOVE and DELIVERED are the same in both versions. A
 version 1 ENQUEUE reads as priority 0, never expiring.
 
-A record is valid only if its whole length is present and its checksum matches.
-Recovery stops reading a file at the first invalid record: what follows is a torn
-write from a crash and is cut off, never read as data.
+A record is valid only if its whole length is present, its checksum matches and its
+fields fill exactly its length (valid UTF-8 names). Reading a file, a record that is not
+valid is skipped: `resync` finds where the next valid record starts, and reading goes on
+from there (the scans report each skipped span). Only when nothing valid follows is the
+rest of the file a bad tail; whether a tail may be cut is the segment log's decision.
+
+How resync is sound. Bytes that are not a record but look like one must (1) hold a type
+byte of 1, 2 or 3, (2) hold a length that fits the file and that the record's own field
+lengths add up to exactly, and (3) match their crc32: random bytes pass all three with a
+probability of about 3/256 * 2^-32 * 2^-32 per offset, so over the 2^26 offsets of a
+64 MiB segment a false record is never found in practice. What is not random is a
+message body that itself holds encoded records: resync looks inside a bad record's body
+only when that record's length cannot be trusted. If its length leads to a valid record,
+the damage was in the payload or checksum and that boundary is taken; an earlier valid
+record inside its extent is preferred only when the bad record's payload up to there
+matches its checksum, which proves the length field was the damaged part.
 """
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from collections.abc import Iterator
@@ -160,32 +174,44 @@ def file_version(data: bytes) -> int | None:
     return int(version) if version in READABLE_VERSIONS else None
 
 
-def scan(data: bytes) -> Iterator[tuple[int, Record]]:
-    """(offset, record) for every valid record of a whole segment file; stops at the first
-    bad one. Nothing for a file whose header is not one we read."""
-    version = file_version(data)
+def scan(data: bytes, version: int | None = None) -> Iterator[tuple[int, Record]]:
+    """(offset, record) for every valid record of a whole segment file, skipping bad ones
+    (see resync). Nothing for a file whose header is not one we read, unless `version`
+    says how to read it."""
+    if version is None:
+        version = file_version(data)
     if version is None:
         return
-    for offset, payload in _payloads(data):
-        try:
-            record = decode(payload, version)
-        except (CorruptRecord, struct.error, UnicodeDecodeError):
-            return
-        yield offset, record
+    offset, end = FILE_HEADER_BYTES, len(data)
+    while offset + PREFIX.size <= end:
+        record_end = valid_record_end(data, offset, version)
+        if record_end is None:
+            found = resync(data, offset, version)
+            if found is None:
+                return
+            offset = found
+            continue
+        yield offset, decode(data[offset + PREFIX.size : record_end], version)
+        offset = record_end
 
 
 class SummaryScan:
-    """The Summary of every valid record of a whole segment file, stopping where `scan` would
-    on torn or corrupt data; once iterated, `valid_end` is where the valid records end.
-    Start-up's fast path: no Record, no copy of any body, one unpack per ENQUEUE."""
+    """The Summary of every valid record of a whole segment file, skipping bad records as
+    `scan` does. Once iterated: `valid_end` is where the last valid record ends (what
+    follows is a bad tail), `skipped` the (offset, byte count) of each bad span that valid
+    records follow. Start-up's fast path: no Record, no copy of any body, one unpack per
+    ENQUEUE; resync runs only where a record is bad. `version` overrides the file header's
+    (a file whose header is damaged)."""
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, version: int | None = None) -> None:
         self.data = data
+        self.version = file_version(data) if version is None else version
         self.valid_end = FILE_HEADER_BYTES
+        self.skipped: list[tuple[int, int]] = []
 
     def __iter__(self) -> Iterator[Summary]:
         data = self.data
-        version = file_version(data)
+        version = self.version
         if version is None:
             return
         view, end, offset = memoryview(data), len(data), FILE_HEADER_BYTES
@@ -198,57 +224,68 @@ class SummaryScan:
         # compare those bytes in place instead of slicing and decoding them every time.
         last_names, last_queue_len, last_ex_len, queue = b"", -1, -1, ""
         try:
-            while offset + PREFIX.size <= end:
-                # The common record, an ENQUEUE, is read whole in one unpack (its fields are
-                # used only once the checksum has passed): this runs once per message.
-                fast = (
-                    version == VERSION
-                    and offset + _FRAMED_ENQUEUE.size <= end
-                    and data[offset + PREFIX.size] == ENQUEUE
-                )
-                if fast:
-                    (
-                        length,
-                        checksum,
-                        _,
-                        id_,
-                        priority,
-                        expiry,
-                        ex_len,
-                        rk_len,
-                        header,
-                        body,
-                        queue_len,
-                    ) = unpack_enqueue(data, offset)
-                else:
-                    length, checksum = unpack_prefix(data, offset)
-                start = offset + PREFIX.size
-                record_end = start + length
-                if length > MAX_RECORD_BYTES or record_end > end:
+            while True:
+                try:
+                    while offset + PREFIX.size <= end:
+                        # The common record, an ENQUEUE, is read whole in one unpack (its
+                        # fields are used only once the checksum has passed): this runs once
+                        # per message. A bad record breaks out to the resync below.
+                        fast = (
+                            version == VERSION
+                            and offset + _FRAMED_ENQUEUE.size <= end
+                            and data[offset + PREFIX.size] == ENQUEUE
+                        )
+                        if fast:
+                            (
+                                length,
+                                checksum,
+                                _,
+                                id_,
+                                priority,
+                                expiry,
+                                ex_len,
+                                rk_len,
+                                header,
+                                body,
+                                queue_len,
+                            ) = unpack_enqueue(data, offset)
+                        else:
+                            length, checksum = unpack_prefix(data, offset)
+                        start = offset + PREFIX.size
+                        record_end = start + length
+                        if length > MAX_RECORD_BYTES or record_end > end:
+                            break
+                        if crc32(view[start:record_end]) != checksum:
+                            break
+                        if fast and length >= _ENQUEUE.size:
+                            names_start = start + _ENQUEUE.size
+                            names_end = names_start + queue_len + ex_len + rk_len
+                            if names_end + header + body != record_end:
+                                break
+                            if (
+                                queue_len != last_queue_len
+                                or ex_len != last_ex_len
+                                or names_end - names_start != len(last_names)
+                                or not data.startswith(last_names, names_start)
+                            ):
+                                queue = _names(data, names_start, queue_len, ex_len, rk_len)
+                                last_names = data[names_start:names_end]
+                                last_queue_len, last_ex_len = queue_len, ex_len
+                            summary = (offset, ENQUEUE, id_, queue, priority, expiry, body)
+                        else:
+                            summary = _summary(data, offset, record_end, version)
+                        yield summary
+                        offset = record_end
+                    else:
+                        return  # the end of the data, or fewer bytes than a record prefix
+                except (CorruptRecord, struct.error, UnicodeDecodeError):
+                    pass
+                # The record at `offset` is bad: go on from the next valid one, if any.
+                found = resync(data, offset, version)
+                if found is None:
                     return
-                if crc32(view[start:record_end]) != checksum:
-                    return
-                if fast and length >= _ENQUEUE.size:
-                    names_start = start + _ENQUEUE.size
-                    names_end = names_start + queue_len + ex_len + rk_len
-                    if names_end + header + body != record_end:
-                        return
-                    if (
-                        queue_len != last_queue_len
-                        or ex_len != last_ex_len
-                        or names_end - names_start != len(last_names)
-                        or not data.startswith(last_names, names_start)
-                    ):
-                        queue = _names(data, names_start, queue_len, ex_len, rk_len)
-                        last_names = data[names_start:names_end]
-                        last_queue_len, last_ex_len = queue_len, ex_len
-                    summary = (offset, ENQUEUE, id_, queue, priority, expiry, body)
-                else:
-                    summary = _summary(data, offset, record_end, version)
-                yield summary
-                offset = record_end
-        except (CorruptRecord, struct.error, UnicodeDecodeError):
-            return
+                self.skipped.append((offset, found - offset))
+                offset = found
         finally:
             self.valid_end = offset
 
@@ -278,19 +315,71 @@ def _summary(data: bytes, offset: int, record_end: int, version: int) -> Summary
     return (offset, type_, id_, data[start + _SIMPLE.size : record_end].decode(), 0, 0, 0)
 
 
-def _payloads(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(offset, checksummed payload) of each whole record after the file header."""
-    offset, end = FILE_HEADER_BYTES, len(data)
-    while offset + PREFIX.size <= end:
-        length, checksum = PREFIX.unpack_from(data, offset)
-        record_end = offset + PREFIX.size + length
-        if length > MAX_RECORD_BYTES or record_end > end:
-            return
-        payload = data[offset + PREFIX.size : record_end]
-        if zlib.crc32(payload) != checksum:
-            return
-        yield offset, payload
-        offset = record_end
+# Where a record may start: the byte after its length and checksum is its type.
+_TYPE_BYTE = re.compile(rb"[\x01-\x03]")
+
+
+def resync(data: bytes, bad: int, version: int) -> int | None:
+    """The offset of the first valid record after the bad one at `bad`, or None if no valid
+    record follows. Only called where a record is bad, never on the hot path. See the
+    module docstring for why a match is a real record."""
+    found = next_valid_record(data, bad + 1, version)
+    if found is None or bad + PREFIX.size > len(data):
+        return found
+    length, checksum = PREFIX.unpack_from(data, bad)
+    claimed_end: int = bad + PREFIX.size + length
+    trusted = claimed_end <= len(data) and valid_record_end(data, claimed_end, version) is not None
+    if found < claimed_end and trusted:
+        # `found` lies inside the bytes the bad record claims. Its length leads to a valid
+        # record, so it is trusted (found is part of its body) unless the payload up to
+        # `found` matches the checksum: then only the length was damaged, found is real.
+        start = bad + PREFIX.size
+        if zlib.crc32(memoryview(data)[start:found]) != checksum:
+            return claimed_end
+    return found
+
+
+def next_valid_record(data: bytes, start: int, version: int) -> int | None:
+    """The first offset at or after `start` where a valid record starts, or None."""
+    for match in _TYPE_BYTE.finditer(data, start + PREFIX.size):
+        offset = match.start() - PREFIX.size
+        if valid_record_end(data, offset, version) is not None:
+            return offset
+    return None
+
+
+def valid_record_end(data: bytes, offset: int, version: int) -> int | None:
+    """Where the record at `offset` ends if it is whole and valid (framing, field lengths,
+    checksum, UTF-8 names), else None. The cheap checks come before the checksum, so that
+    a search over random bytes rarely hashes anything."""
+    end = len(data)
+    if offset < FILE_HEADER_BYTES or offset + PREFIX.size + _SIMPLE.size > end:
+        return None
+    length, checksum = PREFIX.unpack_from(data, offset)
+    start = offset + PREFIX.size
+    record_end: int = start + length
+    if length < _SIMPLE.size or record_end > end:
+        return None
+    type_ = data[start]
+    if type_ in (REMOVE, DELIVERED) or version == 1:
+        (queue_len,) = struct.unpack_from(">H", data, start + 9)
+        if type_ != ENQUEUE and _SIMPLE.size + queue_len != length:
+            return None
+    elif type_ == ENQUEUE:
+        if length < _ENQUEUE.size:
+            return None
+        *_, ex_len, rk_len, header, body, queue_len = _ENQUEUE.unpack_from(data, start)
+        if _ENQUEUE.size + queue_len + ex_len + rk_len + header + body != length:
+            return None
+    else:
+        return None
+    if zlib.crc32(memoryview(data)[start:record_end]) != checksum:
+        return None
+    try:
+        _summary(data, offset, record_end, version)
+    except (CorruptRecord, struct.error, UnicodeDecodeError):
+        return None
+    return record_end
 
 
 def payload_at(data: bytes, offset: int) -> bytes:

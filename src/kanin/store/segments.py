@@ -8,7 +8,9 @@ How this works:
 - `write` appends chunks and then fsyncs every file it touched: the committer calls
   it from its worker thread, one batch at a time, so nothing here is shared.
 - A segment whose messages have all been removed is deleted whole (the store tracks
-  live counts); that is how space is reclaimed.
+  live counts), oldest first; that is how space is reclaimed. The manifest
+  (manifest.py) records which numbers the store created and deleted, durably, so that
+  recovery can tell a file the store deleted from one lost outside it.
 - `write` reports where each chunk landed (its offset in its segment): the store learns
   a record's location only once it is on disk, so it never reads what is not there.
 - `read` fetches records by (segment, offset) on the loop thread with pread, through a
@@ -17,10 +19,25 @@ How this works:
   batch's bytes meanwhile (posix_fadvise WILLNEED), so they are usually in the page
   cache when the consumers get there. The store never asks for a deleted segment
   (it deletes only segments with nothing live) and drops the descriptor when it deletes.
-- `recover` reads every segment in order. In each, reading stops at the first record
-  that is torn or fails its checksum and the file is truncated there, so the next
-  start sees a clean log and new appends never follow garbage. It yields summaries
-  (records.SummaryScan): start-up never copies a body.
+- `recover` reads every segment in order and yields summaries (records.SummaryScan):
+  start-up never copies a body. What it does with damage:
+  - A file the manifest says must exist and that is missing stops start-up
+    (errors.RecoveryError, naming the files) unless `force` (--force-recovery): then the
+    loss is logged at error level and recorded, so later starts do not stop on it again.
+  - A bad record followed by valid ones (in any segment) is corruption: the scan skips
+    it and goes on from the next valid record; each skipped span is logged at error
+    level with its file, offset and size.
+  - A bad tail (nothing valid after it) of the newest segment is what a crash leaves of
+    its last write: it is cut, so the next start sees a clean log. A bad tail of any
+    other segment is corruption (a truncated or damaged closed file): logged at error
+    level, and the file is left as it is; closed files are never cut or rewritten.
+    (A crash in a commit round that spanned a rotation can also leave such a tail in the
+    segment before the newest: reported the same way; only unconfirmed records are in it.)
+  - A damaged file header: the records are read anyway, in the format version that
+    reads most of them, and the error logged; a file with no record is just reported.
+  - Every file with corruption gets a second name, `<segment>.log.damaged` (a hard
+    link, else a copy), so its bytes outlive the segment's deletion when its messages
+    are consumed: evidence for whoever investigates.
 """
 
 from __future__ import annotations
@@ -28,12 +45,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import struct
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 
-from kanin.store import records
+from kanin.store import manifest, records
+from kanin.store.errors import RecoveryError
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +78,9 @@ class SegmentLog:
         self.broken = False
         self._retired: list[int] = []  # earlier segments' descriptors, closed after fsync
         self._readers: OrderedDict[int, tuple[int, int]] = OrderedDict()  # -> (fd, version)
+        # The format version of files whose header is damaged, as recovery found it.
+        self._versions: dict[int, int] = {}
+        self._manifest: manifest.Manifest | None = None  # loaded by recover, or on first use
 
     def segment_numbers(self) -> list[int]:
         numbers = []
@@ -124,6 +146,7 @@ class SegmentLog:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+            self._note_created(number)
         except OSError:
             os.close(fd)
             raise
@@ -147,10 +170,47 @@ class SegmentLog:
                 self.broken = True
             raise
 
+    def _current_manifest(self) -> manifest.Manifest:
+        if self._manifest is None:
+            self._manifest = manifest.load(self.directory) or manifest.Manifest()
+        return self._manifest
+
+    def _note_created(self, number: int) -> None:
+        """After a new segment file is created (and its directory entry synced): the
+        manifest names it. Numbers skipped since the last one never got a file (all their
+        writes failed): they are gaps, not losses. Raises OSError."""
+        current = self._current_manifest()
+        if number <= current.top:
+            return  # a retry after a failed round: the file was already noted
+        updated = current.copy()
+        updated.gaps |= set(range(max(updated.top + 1, updated.floor), number))
+        updated.top = number
+        manifest.save(self.directory, updated)
+        self._manifest = updated
+
+    @property
+    def highest_number(self) -> int:
+        """The newest segment number ever created here, with or without a file now."""
+        return self._current_manifest().top
+
     def delete(self, number: int) -> None:
+        """Delete a segment the store no longer needs; always the oldest it has."""
         if number == self._open_number:
             return  # never the segment being written
+        # The manifest first: a crash after it leaves an extra file, never a lost one.
+        current = self._current_manifest()
+        if number >= current.floor:
+            updated = current.copy()
+            updated.raise_floor(number + 1)
+            try:
+                manifest.save(self.directory, updated)
+            except OSError as exc:
+                # Keep the file: the next start deletes it again if nothing in it is live.
+                log.warning("segment %d kept: cannot update the manifest: %s", number, exc)
+                return
+            self._manifest = updated
         segment_path(self.directory, number).unlink(missing_ok=True)
+        self._versions.pop(number, None)
 
     def _close_retired(self) -> None:
         for fd in self._retired:
@@ -193,7 +253,9 @@ class SegmentLog:
             self._readers.move_to_end(number)
             return reader
         fd = os.open(segment_path(self.directory, number), os.O_RDONLY)
-        version = records.file_version(os.pread(fd, records.FILE_HEADER_BYTES, 0))
+        version = self._versions.get(number) or records.file_version(
+            os.pread(fd, records.FILE_HEADER_BYTES, 0)
+        )
         if version is None:
             os.close(fd)
             raise OSError(f"segment {number} has no valid header")
@@ -213,28 +275,154 @@ class SegmentLog:
         data = segment_path(self.directory, number).read_bytes()
         return [
             record
-            for _, record in records.scan(data)
+            for _, record in records.scan(data, self._versions.get(number))
             if record.type == records.ENQUEUE and record.id in ids
         ]
 
     # -- recovery (start-up) --------------------------------------------------------------
 
-    def recover(self) -> Iterator[tuple[int, records.SummaryScan]]:
+    def recover(self, force: bool = False) -> Iterator[tuple[int, records.SummaryScan]]:
         """(segment, its records' summaries) for every segment, oldest first. Iterate each
-        scan to its end before the next: then a torn or corrupt tail is cut off the file."""
-        for number in self.segment_numbers():
+        scan to its end before the next: then its damage is reported and a torn tail of
+        the newest segment cut. RecoveryError (on the first step) if a segment file is
+        missing, unless `force`. See the module docstring."""
+        numbers = self.segment_numbers()
+        expected = self._check_missing(numbers, force)
+        newest = numbers[-1] if numbers else 0
+        for number in numbers:
             path = segment_path(self.directory, number)
             data = path.read_bytes()
-            if records.file_version(data) is None:
-                log.error("segment %s has no valid header; moving it aside", path.name)
-                path.rename(path.with_suffix(".corrupt"))
-                continue
-            scan = records.SummaryScan(data)
+            size = len(data)
+            version = records.file_version(data)
+            header_damaged = version is None
+            if header_damaged:
+                version = self._read_despite_header(path, data, number == newest)
+                if version is not None:
+                    self._versions[number] = version
+            scan = records.SummaryScan(data, version)
             del data  # a segment is up to 64 MiB: only the scan holds it, until it is done
             yield number, scan
             scan.data = b""
-            if scan.valid_end < path.stat().st_size:
-                _cut(path, scan.valid_end)
+            damaged = _report(path, size, scan, number == newest) or header_damaged
+            if damaged and size > records.FILE_HEADER_BYTES:
+                _set_aside(path)
+        # Numbers past the manifest's top with no file are segments whose writes all failed
+        # (only the newest file can be past it: a crash right after creating it).
+        expected.gaps |= set(range(expected.top + 1, newest)) - set(numbers)
+        expected.top = max(expected.top, newest)
+        if self._manifest is None or expected != self._manifest:
+            manifest.save(self.directory, expected)
+        self._manifest = expected
+
+    def _check_missing(self, numbers: list[int], force: bool) -> manifest.Manifest:
+        """The manifest as recovery leaves it; RecoveryError if files it names are missing
+        (unless `force`: then they are logged as lost and become gaps)."""
+        try:
+            saved = manifest.load(self.directory)
+        except RecoveryError as exc:
+            if not force:
+                raise RecoveryError(f"{exc}; start with --force-recovery to go on") from exc
+            log.error("%s; going on without it (--force-recovery)", exc)
+            saved = None
+        self._manifest = saved
+        if saved is None:
+            # A log from before the manifest: only gaps between its files can be seen.
+            expected = manifest.Manifest(min(numbers, default=1), max(numbers, default=0))
+        else:
+            expected = saved.copy()
+        missing = sorted(expected.expected() - set(numbers))
+        if missing:
+            names = ", ".join(segment_path(self.directory, n).name for n in missing)
+            what = f"message store {self.directory}: segment file(s) missing: {names}"
+            if not force:
+                raise RecoveryError(
+                    f"{what}; the persistent messages in them would be lost. Restore them, "
+                    "or start with --force-recovery to go on without them"
+                )
+            log.error("%s; the messages in them are lost (going on: --force-recovery)", what)
+            expected.gaps |= set(missing)
+        return expected
+
+    def _read_despite_header(self, path: Path, data: bytes, newest: bool) -> int | None:
+        """A file whose header is not one we read: the format version in which most of
+        its records read (they are checksummed), or None if none does. Reported."""
+        header = data[: records.FILE_HEADER_BYTES]
+        if len(data) <= records.FILE_HEADER_BYTES:
+            # No record could be in it: a crash while the file was being created (newest),
+            # or damage that lost nothing.
+            report = log.warning if newest else log.error
+            report("segment %s: no valid file header (%r) and no records", path.name, header)
+            return None
+        readable = {
+            version: sum(1 for _ in records.SummaryScan(data, version))
+            for version in records.READABLE_VERSIONS
+        }
+        version = max(readable, key=lambda v: (readable[v], v))
+        if not readable[version]:
+            log.error(
+                "segment %s: damaged file header %r and no readable record in its %d bytes",
+                path.name,
+                header,
+                len(data),
+            )
+            return None
+        log.error(
+            "segment %s: damaged file header %r; its records are read as format version %d",
+            path.name,
+            header,
+            version,
+        )
+        return version
+
+
+def _report(path: Path, size: int, scan: records.SummaryScan, newest: bool) -> bool:
+    """Log what the scan of a segment skipped; cut the newest segment's bad tail. True if
+    the file holds corruption (anything but a torn tail of the newest segment)."""
+    for offset, skipped in scan.skipped:
+        log.error(
+            "segment %s: %d bytes at offset %d are not valid records (corrupt); skipped, "
+            "the records after them are recovered",
+            path.name,
+            skipped,
+            offset,
+        )
+    tail = size - scan.valid_end
+    if scan.version is None or tail <= 0:
+        return bool(scan.skipped)
+    if newest:
+        _cut(path, scan.valid_end)
+        return bool(scan.skipped)
+    log.error(
+        "segment %s: the last %d bytes, from offset %d, are not a whole valid record "
+        "(a truncated or damaged closed segment); the records before them are recovered "
+        "and the file is left as it is",
+        path.name,
+        tail,
+        scan.valid_end,
+    )
+    return True
+
+
+def _set_aside(path: Path) -> None:
+    """Give a damaged segment a second name, so that its bytes survive the segment's
+    deletion: a hard link (no copy), else a copy. Failing is logged, never fatal."""
+    target = path.with_name(path.name + ".damaged")
+    suffix = 0
+    while target.exists():
+        with contextlib.suppress(OSError):
+            if os.path.samefile(target, path):
+                return  # set aside on an earlier start
+        suffix += 1
+        target = path.with_name(f"{path.name}.damaged.{suffix}")
+    try:
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copyfile(path, target)
+    except OSError as exc:
+        log.error("segment %s: cannot keep a copy of the damaged file: %s", path.name, exc)
+        return
+    log.error("segment %s: its damaged bytes are kept as %s", path.name, target.name)
 
 
 def _cut(path: Path, valid_end: int) -> None:

@@ -22,6 +22,12 @@ and the record's bytes stay in `_pending` (reads are served from there); after a
 round they stay there for good, since the record never reached the disk. Compaction
 points a moved message at its copy only once the copy is on disk, and a segment is
 deleted only when nothing live is in it, so a location never names a deleted file.
+
+Recovery (`recover`) replays every segment's records oldest first. Damage is handled by
+the segment log (segments.py): bad records are skipped and reported, only the newest
+segment's torn tail is cut, and a missing segment file raises errors.RecoveryError unless
+the store was made with force_recovery. New records then go to a fresh segment numbered
+past every file and every number ever used (a lost file's number is never reused).
 """
 
 from __future__ import annotations
@@ -122,9 +128,12 @@ class FileStore:
         directory: Path,
         loop: asyncio.AbstractEventLoop,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+        force_recovery: bool = False,
     ) -> None:
         assert 0 < segment_bytes <= MAX_SEGMENT_BYTES, segment_bytes
         self._loop = loop
+        # Go on when segment files are missing (their messages lost), instead of refusing.
+        self._force_recovery = force_recovery
         self._segments = SegmentLog(directory)
         self._committer = GroupCommitter(self._segments, loop)
         self._committer.on_written = self._written
@@ -373,7 +382,9 @@ class FileStore:
 
     def recover(self) -> dict[str, list[Recovered]]:
         """Scan the log once: locations of live messages, and per queue what the broker
-        needs to rebuild it. No body is copied and no header decoded."""
+        needs to rebuild it. No body is copied and no header decoded. Damaged records are
+        skipped and reported (segments.py); errors.RecoveryError if segment files are
+        missing, unless the store was made with force_recovery."""
         queues: dict[str, dict[int, Recovered]] = {}
         highest_segment = self._scan(queues)
         for location in self._where.values():
@@ -389,7 +400,7 @@ class FileStore:
         where, delivered, live = self._where, self._delivered, self._live
         highest_segment, next_id = 0, self._next_id
         make = Recovered._make
-        for segment, summaries in self._segments.recover():
+        for segment, summaries in self._segments.recover(self._force_recovery):
             base = segment << _SEGMENT_SHIFT
             state = live.setdefault(segment, _Segment())
             for offset, type_, id_, queue, priority, expiry, size in summaries:
@@ -417,8 +428,10 @@ class FileStore:
         """Never append to a file that recovery may have cut: start a fresh segment.
         Past every file, not just those with records: a header-only newest file (a crash
         or an undone first write) must not become the active segment and be reclaimed."""
-        self._active = max(highest_segment, *self._segments.segment_numbers(), 0) + 1
-        self._on_disk = [*self._segments.segment_numbers(), self._active]
+        # Past lost files' numbers too (--force-recovery): a number is never used twice.
+        numbers = self._segments.segment_numbers()
+        self._active = max(highest_segment, *numbers, self._segments.highest_number, 0) + 1
+        self._on_disk = [*numbers, self._active]
         self._dead = {n for n in self._on_disk[:-1] if n not in self._live}
         # The newest old file stays until the new segment has records: it remembers which
         # ids were taken, so ids are not reused after everything was removed.
