@@ -18,9 +18,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kanin.amqp.errors import AMQPError
 from kanin.core.auth import Permission, User
 from kanin.core.exchanges import DefaultExchange, Exchange
 from kanin.core.queue import Queue
+from kanin.errors import StartupError
 from kanin.store import definitions
 
 if TYPE_CHECKING:
@@ -123,7 +125,12 @@ class Persistence:
         self.clean_marker.unlink(missing_ok=True)
         document = definitions.load(self.path)
         if document is not None:
-            self._restore_definitions(document)
+            try:
+                self._restore_definitions(document)
+            except (AMQPError, LookupError, TypeError, ValueError) as exc:
+                raise StartupError(
+                    f"definitions file {self.path} is damaged: cannot restore {exc!r}"
+                ) from None
         with _gc_paused():
             self._restore_messages(all_redelivered=unclean and document is not None)
 

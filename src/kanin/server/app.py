@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import socket
@@ -12,7 +13,9 @@ from pathlib import Path
 from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
 from kanin.core.persistence import Persistence
+from kanin.errors import StartupError
 from kanin.server.connection import AMQPConnection
+from kanin.server.datadir_lock import DataDirLock
 from kanin.server.disk import DiskMonitor
 from kanin.store.store import FileStore
 
@@ -28,17 +31,25 @@ class BrokerServer:
         self._stats_task: asyncio.Task[None] | None = None
         self.disk: DiskMonitor | None = None
         self._servers: list[asyncio.Server] = []
+        self._lock: DataDirLock | None = None
 
     async def start(self) -> list[tuple[str, int]]:
         """Listen; return the (host, port) of every listening socket."""
         loop = asyncio.get_running_loop()
         data_dir = self.config.data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            self._lock = DataDirLock(data_dir)
+            self._lock.acquire()  # before anything in the directory is read or written
+        except OSError as exc:
+            raise StartupError(f"cannot use data directory {data_dir}: {exc.strerror}") from None
         started = loop.time()
         self.store = FileStore(data_dir / "messages", loop)
         self.broker = broker = Broker(self.config, loop, self.store)
-        self.persistence = persistence = Persistence(broker, data_dir, self.store)
+        persistence = Persistence(broker, data_dir, self.store)
         persistence.restore()
+        # Only now: a broker that failed to restore must not save over what it could not read.
+        self.persistence = persistence
         broker.on_definitions_changed = persistence.definitions_changed
         persistence.definitions_changed()  # the first start writes the defaults
         log.info("recovered %s in %.2fs", data_dir, loop.time() - started)
@@ -46,18 +57,31 @@ class BrokerServer:
         self.disk.start()
         if self.config.stats_file is not None:
             self._stats_task = loop.create_task(self._write_stats(self.config.stats_file))
-        server = await loop.create_server(
-            lambda: AMQPConnection(broker),
-            host=self.config.bind,
-            port=self.config.port,
-            reuse_address=True,
-            backlog=1024,
-        )
+        server = await self._listen(broker)
         self._servers.append(server)
         addresses = [_address(sock) for sock in server.sockets]
         for host, port in addresses:
             log.info("kanin listening for AMQP on %s port %d", host, port)
         return addresses
+
+    async def _listen(self, broker: Broker) -> asyncio.Server:
+        bind, port = self.config.bind, self.config.port
+        try:
+            return await asyncio.get_running_loop().create_server(
+                lambda: AMQPConnection(broker),
+                host=bind,
+                port=port,
+                reuse_address=True,
+                backlog=1024,
+            )
+        except socket.gaierror as exc:
+            raise StartupError(f"bind address {bind!r} does not resolve: {exc.strerror}") from None
+        except OSError as exc:
+            if exc.errno != errno.EADDRNOTAVAIL:
+                raise  # port in use and the like: the caller reports it as it is
+            raise StartupError(
+                f"bind address {bind!r} is not on this host: {exc.strerror}"
+            ) from None
 
     @property
     def connections(self) -> set[AMQPConnection]:
@@ -106,6 +130,9 @@ class BrokerServer:
             await self.store.close()
         if self.persistence is not None:
             self.persistence.mark_clean_shutdown()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
 
 def _address(sock: socket.socket) -> tuple[str, int]:
