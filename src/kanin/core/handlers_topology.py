@@ -27,7 +27,7 @@ def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> Non
         arguments=method.arguments or {},
     )
     if not method.nowait:
-        channel.send_method(build(commands.Exchange.DeclareOk))
+        channel.send_definition_reply(build(commands.Exchange.DeclareOk))
 
 
 @handles(commands.Exchange.Delete)
@@ -35,7 +35,7 @@ def exchange_delete(channel: Channel, method: commands.Exchange.Delete) -> None:
     check_permission(channel.port, "configure", "exchange", method.exchange)
     channel.vhost.delete_exchange(method.exchange, method.if_unused)
     if not method.nowait:
-        channel.send_method(build(commands.Exchange.DeleteOk))
+        channel.send_definition_reply(build(commands.Exchange.DeleteOk))
 
 
 @handles(commands.Exchange.Bind, commands.Exchange.Unbind)
@@ -60,7 +60,7 @@ def exchange_bind(
     elif method.source == "":
         raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
     if not method.nowait:
-        channel.send_method(
+        channel.send_definition_reply(
             build(commands.Exchange.BindOk) if binding else build(commands.Exchange.UnbindOk)
         )
 
@@ -93,7 +93,7 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
         port.exclusive_queues.add(queue)
     channel.last_queue_name = queue.name
     if not method.nowait:
-        channel.send_method(
+        channel.send_definition_reply(
             build(
                 commands.Queue.DeclareOk,
                 queue=queue.name,
@@ -115,7 +115,7 @@ def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Un
             vhost.get_exchange(method.exchange)  # RabbitMQ reports a missing exchange first
         vhost.bind(method.exchange, vhost.get_queue(name, port), method.routing_key, arguments)
         if not method.nowait:
-            channel.send_method(build(commands.Queue.BindOk))
+            channel.send_definition_reply(build(commands.Queue.BindOk))
         return
     if method.exchange == "":
         raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
@@ -127,7 +127,7 @@ def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Un
     ):
         vhost.check_exclusive(queue, port)
         vhost.unbind(method.exchange, queue, method.routing_key, arguments)
-    channel.send_method(build(commands.Queue.UnbindOk))
+    channel.send_definition_reply(build(commands.Queue.UnbindOk))
 
 
 @handles(commands.Queue.Purge)
@@ -153,4 +153,4 @@ def queue_delete(channel: Channel, method: commands.Queue.Delete) -> None:
         check_permission(channel.port, "configure", "queue", name)
         count = vhost.delete_queue(queue, method.if_unused, method.if_empty)
     if not method.nowait:
-        channel.send_method(build(commands.Queue.DeleteOk, message_count=count))
+        channel.send_definition_reply(build(commands.Queue.DeleteOk, message_count=count))

@@ -50,8 +50,10 @@ class BrokerServer:
         persistence.restore()
         # Only now: a broker that failed to restore must not save over what it could not read.
         self.persistence = persistence
-        broker.on_definitions_changed = persistence.definitions_changed
-        persistence.definitions_changed()  # the first start writes the defaults
+        self.store.committer.prelude = persistence.saver.prelude
+        broker.definitions = persistence.saver
+        persistence.saver.changed()  # the first start writes the defaults
+        await _saved(persistence)  # a failure is logged, and retried like any other
         log.info("recovered %s in %.2fs", data_dir, loop.time() - started)
         self.disk = DiskMonitor(loop, data_dir, self.config.disk_free_limit_bytes, broker.alarms)
         self.disk.start()
@@ -133,6 +135,13 @@ class BrokerServer:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
+
+
+async def _saved(persistence: Persistence) -> None:
+    """Until the definitions as they are now have been saved, or that save has failed."""
+    finished: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+    if persistence.saver.when_saved(finished.set_result):
+        await finished
 
 
 def _address(sock: socket.socket) -> tuple[str, int]:

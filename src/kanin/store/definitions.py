@@ -3,9 +3,8 @@ and the bindings between durable things, kept in one JSON document.
 
 The document is small and changes rarely, so it is rewritten whole: written to a
 temporary file, fsynced, renamed over the old one and the directory fsynced. A crash
-leaves either the old or the new document, never a mix. Saves are coalesced to one
-per event-loop turn, and always land before any publisher confirm of that turn could
-go out (confirms wait for the message store's commit round, which runs later).
+leaves either the old or the new document, never a mix. When to save is decided by
+core/definitions_saver.py: once per message-store commit round, before its records.
 """
 
 from __future__ import annotations
