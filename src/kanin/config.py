@@ -65,6 +65,11 @@ class BrokerConfig:
     # Write store and connection counters here once a second (for benchmarks), if set.
     stats_file: Path | None = None
 
+    # Start even though the data directory is inconsistent (the message store holds
+    # messages but the definitions file is missing). Nothing is deleted either way: messages
+    # of queues the definitions do not name are kept on disk and listed for the operator.
+    force_recovery: bool = False
+
     # Bounds on what one peer may make us hold.
     max_message_size_bytes: int = 128 * 1024 * 1024
 

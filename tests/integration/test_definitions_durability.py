@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pika
@@ -181,3 +182,53 @@ def test_recovery_keeps_messages_of_queues_the_definitions_do_not_name(tmp_path:
         assert not (tmp_path / "unknown-queue-messages.json").exists()
     finally:
         stop(process)
+
+
+def run_server(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"]
+    return subprocess.run(
+        [*command, "--data-dir", str(data_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_a_missing_definitions_file_next_to_messages_stops_start_up(tmp_path: Path) -> None:
+    process, port = start_kanin(tmp_path)
+    declare_durable(port, QUEUE)
+    publish_confirmed(port, QUEUE, 5)
+    kill(process)
+    (tmp_path / "definitions.json").unlink()
+
+    refused = run_server(tmp_path)
+    assert refused.returncode == 2
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1, refused.stderr
+    assert str(tmp_path / "definitions.json") in lines[0]
+    assert "--force-recovery" in lines[0]
+    assert not (tmp_path / "definitions.json").exists()  # nothing written
+
+    log: list[str] = []
+    process, port = start_kanin(tmp_path, "--force-recovery", log=log)
+    try:
+        assert any(" ERROR " in line and "kept 5 messages" in line for line in log), "".join(log)
+        declare_durable(port, QUEUE)
+    finally:
+        stop(process)
+    process, port = start_kanin(tmp_path)  # the definitions exist again: no flag needed
+    try:
+        assert queue_bodies(port, QUEUE) == [b"m%d" % n for n in range(5)]
+    finally:
+        stop(process)
+
+
+def test_a_missing_definitions_file_with_no_messages_starts(tmp_path: Path) -> None:
+    process, port = start_kanin(tmp_path)
+    declare_durable(port, QUEUE)
+    publish_confirmed(port, QUEUE, 2)
+    assert queue_bodies(port, QUEUE) == [b"m0", b"m1"]  # consumed: the store holds nothing
+    stop(process)
+    (tmp_path / "definitions.json").unlink()
+    process, port = start_kanin(tmp_path)
+    stop(process)

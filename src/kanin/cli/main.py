@@ -49,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="write store and connection counters to this JSON file every second",
     )
     server.add_argument(
+        "--force-recovery",
+        action="store_true",
+        help="start even though the definitions file is missing while the message store "
+        "holds messages: the broker starts with no durable exchanges, queues or bindings and "
+        "the default users, and keeps the stored messages on disk, untouched, listed in "
+        "unknown-queue-messages.json in the data directory (nothing is deleted)",
+    )
+    server.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     commands.add_parser("perf", help="load generator for AMQP brokers", add_help=False)
@@ -108,6 +116,7 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
         heartbeat_s=args.heartbeat,
         stats_file=args.stats_file,
         queue_memory_budget_bytes=int(args.queue_memory_mb * 1024 * 1024),
+        force_recovery=args.force_recovery,
     )
 
 

@@ -9,6 +9,8 @@
 - Recovery never deletes messages: those of a queue the definitions do not name are
   kept in the store, untouched, listed in `unknown-queue-messages.json` and reported
   at error level (README, "Running the broker", says what an operator does then).
+- A message store that holds messages next to a missing definitions file means the
+  file was lost: start-up stops, unless the operator forces it (force_recovery).
 """
 
 from __future__ import annotations
@@ -131,8 +133,19 @@ class Persistence:
                 ) from None
         with _gc_paused():
             recovered = self.store.recover()
+            if document is None and recovered and not self.broker.config.force_recovery:
+                raise StartupError(self._lost_definitions(recovered))
             self._restore_messages(recovered, all_redelivered=unclean and document is not None)
         self.clean_marker.unlink(missing_ok=True)
+
+    def _lost_definitions(self, recovered: dict[str, list[Recovered]]) -> str:
+        count = sum(len(messages) for messages in recovered.values())
+        return (
+            f"definitions file {self.path} is missing, but the message store next to it "
+            f"holds {count} messages of {len(recovered)} queues: restore the file from a "
+            "backup, or start with --force-recovery to go on without it (those messages "
+            "are then kept aside, not deleted; see README, Running the broker)"
+        )
 
     @property
     def clean_marker(self) -> Path:
