@@ -57,6 +57,7 @@ class BrokerServer:
         log.info("recovered %s in %.2fs", data_dir, loop.time() - started)
         self.disk = DiskMonitor(loop, data_dir, self.config.disk_free_limit_bytes, broker.alarms)
         self.disk.start()
+        self.store.committer.on_round_end = self.disk.check
         if self.config.stats_file is not None:
             self._stats_task = loop.create_task(self._write_stats(self.config.stats_file))
         server = await self._listen(broker)

@@ -16,7 +16,8 @@ How this works (after LavinMQ's persister and the classic group-commit idea):
   thread before the round's records are written: the definitions save. If that work
   fails, nothing of the round is written and every waiter gets False; so no round
   reports success while the definitions on disk are behind what its records need.
-- `on_round_end`, if set, runs on the loop after each round (the free-disk check).
+- `on_round_end`, if set, runs on the loop as each round ends, before its waiters (the
+  free-disk check).
 """
 
 from __future__ import annotations
@@ -160,10 +161,10 @@ class GroupCommitter:
             ]
             if landed:
                 self.on_written(landed)
+        if self.on_round_end is not None:
+            self.on_round_end()  # before the waiters: the confirms go out under the new alarm
         for waiter in waiters:
             waiter(ok)
-        if self.on_round_end is not None:
-            self.on_round_end()
         self._kick()
 
     async def drain(self) -> None:
