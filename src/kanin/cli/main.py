@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
+    server.set_defaults(usage_error=server.error)
     commands.add_parser("perf", help="load generator for AMQP brokers", add_help=False)
     return parser
 
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "server":
         parser.error(f"unknown command {args.command!r}")
     if unknown:  # the server's own usage, not the top-level one: that is what was mistyped
-        _server_parser(parser).error(f"unrecognized arguments: {' '.join(unknown)}")
+        args.usage_error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         config = server_config(args)
     except (StartupError, ValueError) as exc:
@@ -86,14 +87,6 @@ def main(argv: list[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     return run_server(config)
-
-
-def _server_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    for action in parser._actions:  # argparse keeps its subparsers only here
-        if isinstance(action, argparse._SubParsersAction):
-            server: argparse.ArgumentParser = action.choices["server"]
-            return server
-    raise AssertionError("kanin's parser has a server command")
 
 
 def server_config(args: argparse.Namespace) -> BrokerConfig:
