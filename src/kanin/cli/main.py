@@ -118,7 +118,7 @@ def _check_bind(address: str) -> None:
         socket.getaddrinfo(address, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise StartupError(
-            f"--bind {address}: not an address of this host ({exc.strerror})"
+            f"--bind {address}: not an address, and no host of that name ({exc.strerror})"
         ) from None
 
 
