@@ -326,32 +326,38 @@ def open_session(cls: type[S], broker: Any) -> Iterator[S]:
     session.close(cleanup=broker.embedded is None)
 
 
-def start_kanin(data_dir: Path, *extra: str) -> tuple[subprocess.Popen[str], int]:
+def start_kanin(
+    data_dir: Path, *extra: str, log: list[str] | None = None
+) -> tuple[subprocess.Popen[str], int]:
     """A real `kanin server` process on 127.0.0.1, port 0; returns it and its AMQP port.
 
     stderr is read until the listening line, then drained on a thread so a chatty broker
-    never blocks on a full pipe. The caller ends the process (by its PID) when done.
+    never blocks on a full pipe; every line goes to `log` if one is given. The caller ends
+    the process (by its PID) when done.
     """
     command = [sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"]
     process = subprocess.Popen(
         [*command, "--data-dir", str(data_dir), *extra], stderr=subprocess.PIPE, text=True
     )
     assert process.stderr is not None
+    lines = log if log is not None else []
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         line = process.stderr.readline()
+        lines.append(line)
         match = re.search(r"listening for AMQP on 127\.0\.0\.1 port (\d+)", line)
         if match:
-            threading.Thread(target=_drain_stderr, args=(process,), daemon=True).start()
+            threading.Thread(target=_drain_stderr, args=(process, log), daemon=True).start()
             return process, int(match.group(1))
         if not line and process.poll() is not None:
             break
     process.kill()
     process.wait()
-    raise AssertionError("kanin server did not report its port")
+    raise AssertionError("kanin server did not report its port:\n" + "".join(lines))
 
 
-def _drain_stderr(process: subprocess.Popen[str]) -> None:
+def _drain_stderr(process: subprocess.Popen[str], log: list[str] | None) -> None:
     assert process.stderr is not None
-    for _ in process.stderr:
-        pass
+    for line in process.stderr:
+        if log is not None:
+            log.append(line)

@@ -65,8 +65,10 @@ class BrokerConfig:
     # The message log starts a new segment file past this size; space is reclaimed a
     # whole segment at a time. Small values are for tests that need many segments.
     segment_bytes: int = 64 * 1024 * 1024
-    # Start even when segment files of the message log are missing (their messages are
-    # lost, and logged as such) instead of refusing to start.
+    # Start despite damage that cannot be repaired without losing data, instead of refusing:
+    # segment files of the message log missing (their messages are lost, and logged as
+    # such), or the definitions file missing while the message store holds messages (those
+    # messages are kept on disk and listed for the operator; nothing is deleted).
     force_recovery: bool = False
 
     # Write store and connection counters here once a second (for benchmarks), if set.

@@ -5,14 +5,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import signal
+import socket
 import sys
 from pathlib import Path
 
 from kanin import __version__
 from kanin.config import BrokerConfig
+from kanin.errors import StartupError
 from kanin.server.app import BrokerServer
-from kanin.store.errors import RecoveryError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,21 +49,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="MiB after which the message log starts a new segment file (default 64)",
     )
     server.add_argument(
-        "--force-recovery",
-        action="store_true",
-        help="start even if segment files of the message log are missing: the persistent "
-        "messages they held are lost (each missing file is logged at error level); without "
-        "it, kanin refuses to start",
-    )
-    server.add_argument(
         "--stats-file",
         type=Path,
         default=None,
         help="write store and connection counters to this JSON file every second",
     )
     server.add_argument(
+        "--force-recovery",
+        action="store_true",
+        help="start despite damage kanin cannot repair without losing data: (1) segment "
+        "files of the message log are missing: the persistent messages they held are lost "
+        "(each missing file is logged at error level); (2) the definitions file is missing "
+        "while the message store holds messages: the broker starts with no durable "
+        "exchanges, queues or bindings and the default users, and keeps the stored messages "
+        "on disk, untouched, listed in unknown-queue-messages.json in the data directory. "
+        "Without it, kanin refuses to start in both cases",
+    )
+    server.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
+    server.set_defaults(usage_error=server.error)
     commands.add_parser("perf", help="load generator for AMQP brokers", add_help=False)
     return parser
 
@@ -72,29 +79,75 @@ def main(argv: list[str] | None = None) -> int:
         from kanin.perf import main as perf_main
 
         return perf_main(argv[1:])
-    args = build_parser().parse_args(argv)
-    if args.command == "server":
-        try:
-            config = BrokerConfig(
-                port=args.port,
-                bind=args.bind,
-                data_dir=args.data_dir,
-                heartbeat_s=args.heartbeat,
-                stats_file=args.stats_file,
-                queue_memory_budget_bytes=int(args.queue_memory_mb * 1024 * 1024),
-                segment_bytes=int(args.segment_mb * 1024 * 1024),
-                force_recovery=args.force_recovery,
-            )
-        except ValueError as exc:
-            print(f"kanin: {exc}", file=sys.stderr)
-            return 2
-        logging.basicConfig(
-            level=args.log_level.upper(),
-            stream=sys.stderr,
-            format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        )
-        return run_server(config)
-    return 2
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if args.command != "server":
+        parser.error(f"unknown command {args.command!r}")
+    if unknown:  # the server's own usage, not the top-level one: that is what was mistyped
+        args.usage_error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        config = server_config(args)
+    except (StartupError, ValueError) as exc:
+        print(f"kanin: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    return run_server(config)
+
+
+def server_config(args: argparse.Namespace) -> BrokerConfig:
+    """The broker's configuration from `kanin server` options; StartupError naming the
+    option for a value the broker cannot use (checked before anything is touched)."""
+    if not 0 <= args.port <= 65535:
+        raise StartupError(f"--port must be 0..65535, got {args.port}")
+    if not 0 <= args.heartbeat <= 65535:  # a short in connection.tune
+        raise StartupError(f"--heartbeat must be 0..65535 seconds, got {args.heartbeat}")
+    if not (math.isfinite(args.queue_memory_mb) and args.queue_memory_mb >= 0):
+        raise StartupError(f"--queue-memory-mb must be a number >= 0, got {args.queue_memory_mb}")
+    if args.bind is not None:
+        _check_bind(args.bind)
+    if args.stats_file is not None:
+        _check_stats_file(args.stats_file)
+    return BrokerConfig(
+        port=args.port,
+        bind=args.bind,
+        data_dir=args.data_dir,
+        heartbeat_s=args.heartbeat,
+        stats_file=args.stats_file,
+        queue_memory_budget_bytes=int(args.queue_memory_mb * 1024 * 1024),
+        segment_bytes=int(args.segment_mb * 1024 * 1024),
+        force_recovery=args.force_recovery,
+    )
+
+
+def _check_bind(address: str) -> None:
+    try:
+        socket.getaddrinfo(address, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise StartupError(
+            f"--bind {address}: not an address, and no host of that name ({exc.strerror})"
+        ) from None
+
+
+def _check_stats_file(path: Path) -> None:
+    """The stats file is written as FILE.tmp, then renamed over FILE: try the first half now,
+    rather than fail a second after start-up on a path that could never work."""
+    if path.is_dir():
+        raise StartupError(f"--stats-file {path}: is a directory")
+    temporary = path.with_suffix(".tmp")
+    existed = temporary.exists()
+    try:
+        with open(temporary, "a"):
+            pass
+    except OSError as exc:
+        raise StartupError(
+            f"--stats-file {path}: cannot write {temporary}: {exc.strerror}"
+        ) from None
+    if not existed:
+        temporary.unlink(missing_ok=True)
 
 
 def run_server(config: BrokerConfig) -> int:
@@ -108,12 +161,12 @@ def run_server(config: BrokerConfig) -> int:
     try:
         with asyncio.Runner(loop_factory=loop_factory) as runner:
             runner.run(_serve(config))
+    except StartupError as exc:
+        print(f"kanin: cannot start: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"kanin: cannot start: {exc}", file=sys.stderr)
         return 1
-    except RecoveryError as exc:
-        print(f"kanin: cannot start: {exc}", file=sys.stderr)
-        return 2
     return 0
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kanin.config import BrokerConfig, PermissionSpec
 from kanin.core.alarms import Alarms
@@ -21,6 +21,17 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+class DefinitionsSink(Protocol):
+    """Where durable definition changes go to be saved (core/definitions_saver.py)."""
+
+    def changed(self) -> None: ...
+
+    def when_saved(self, callback: Callable[[str | None], None]) -> bool:
+        """False if nothing is unsaved; else callback(None) once the definitions as they
+        are now are on disk, or callback(problem) if that save failed."""
+        ...
+
+
 class Broker:
     def __init__(
         self, config: BrokerConfig, scheduler: Scheduler, store: MessageStore | None = None
@@ -32,7 +43,7 @@ class Broker:
         self.scheduler: Scheduler = self.soon
         self.store = store
         # Set by the server when the broker keeps its definitions on disk.
-        self.on_definitions_changed: Callable[[], None] | None = None
+        self.definitions: DefinitionsSink | None = None
         self.users = UserStore()
         self.alarms = Alarms()
         self.alarms.on_change = self._on_alarm_change
@@ -64,8 +75,8 @@ class Broker:
         return vhost
 
     def _definitions_changed(self) -> None:
-        if self.on_definitions_changed is not None:
-            self.on_definitions_changed()
+        if self.definitions is not None:
+            self.definitions.changed()
 
     def _on_alarm_change(self, blocked: bool, reason: str) -> None:
         for connection in list(self.connections):

@@ -126,6 +126,13 @@ class Channel:
     def send_method(self, method: Any) -> None:
         self.port.send(encode_method(self.id, method))
 
+    def send_definition_reply(self, method: Any) -> None:
+        """The -ok of a declare, delete, bind or unbind: it says the change took effect,
+        so it goes out only once the definitions are on disk, and what follows it on the
+        connection waits behind it (replies keep their order)."""
+        self.port.hold_until_saved()
+        self.send_method(method)
+
     def send_content(self, method: Any, message: Message) -> None:
         parts = [encode_method(self.id, method)]
         parts += encode_content(self.id, message.header_payload, message.body, self.port.frame_max)

@@ -26,7 +26,7 @@ def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> Non
         authorize=None if method.passive else authorizer(channel.port),
     )
     if not method.nowait:
-        channel.send_method(build(commands.Exchange.DeclareOk))
+        channel.send_definition_reply(build(commands.Exchange.DeclareOk))
 
 
 @handles(commands.Exchange.Delete)
@@ -35,7 +35,7 @@ def exchange_delete(channel: Channel, method: commands.Exchange.Delete) -> None:
         method.exchange, method.if_unused, authorize=authorizer(channel.port)
     )
     if not method.nowait:
-        channel.send_method(build(commands.Exchange.DeleteOk))
+        channel.send_definition_reply(build(commands.Exchange.DeleteOk))
 
 
 @handles(commands.Exchange.Bind, commands.Exchange.Unbind)
@@ -58,7 +58,7 @@ def exchange_bind(
     elif destination is not None:
         vhost.unbind(method.source, destination, method.routing_key, method.arguments or {})
     if not method.nowait:
-        channel.send_method(
+        channel.send_definition_reply(
             build(commands.Exchange.BindOk) if binding else build(commands.Exchange.UnbindOk)
         )
 
@@ -90,7 +90,7 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
         port.exclusive_queues.add(queue)
     channel.last_queue_name = queue.name
     if not method.nowait:
-        channel.send_method(
+        channel.send_definition_reply(
             build(
                 commands.Queue.DeclareOk,
                 queue=queue.name,
@@ -113,7 +113,7 @@ def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Un
         vhost.get_exchange(method.exchange)  # RabbitMQ reports a missing exchange first
         vhost.bind(method.exchange, vhost.get_queue(name, port), method.routing_key, arguments)
         if not method.nowait:
-            channel.send_method(build(commands.Queue.BindOk))
+            channel.send_definition_reply(build(commands.Queue.BindOk))
         return
     # RabbitMQ 3.x: unbinding from a missing queue or exchange, or a missing binding, is ok;
     # only touching an existing binding of another connection's exclusive queue is refused.
@@ -123,7 +123,7 @@ def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Un
     ):
         vhost.check_exclusive(queue, port)
         vhost.unbind(method.exchange, queue, method.routing_key, arguments)
-    channel.send_method(build(commands.Queue.UnbindOk))
+    channel.send_definition_reply(build(commands.Queue.UnbindOk))
 
 
 @handles(commands.Queue.Purge)
@@ -149,4 +149,4 @@ def queue_delete(channel: Channel, method: commands.Queue.Delete) -> None:
         vhost.check_exclusive(queue, channel.port)
         count = vhost.delete_queue(queue, method.if_unused, method.if_empty)
     if not method.nowait:
-        channel.send_method(build(commands.Queue.DeleteOk, message_count=count))
+        channel.send_definition_reply(build(commands.Queue.DeleteOk, message_count=count))

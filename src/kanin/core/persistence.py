@@ -1,33 +1,43 @@
 """What connects the broker to its store: definitions out and back, messages back.
 
-- Durable definitions change -> `definitions_changed()` -> one save at the end of the
-  loop turn (store/definitions.py).
+- Durable definitions change -> the DefinitionsSaver (core/definitions_saver.py) saves
+  them in the next message-store commit round (store/definitions.py).
 - Start-up: `restore()` rebuilds vhosts, users, durable exchanges, durable queues and
   their bindings, then puts each durable queue's recovered messages back in order,
   paged out: what the store recovered is what the queue needs to order, expire,
   prioritise and count them, and bodies are read back only as they are delivered.
-  Messages of queues that no longer exist are removed from the store.
+- Recovery never deletes messages: those of a queue the definitions do not name are
+  kept in the store, untouched, listed in `unknown-queue-messages.json` and reported
+  at error level (README, "Running the broker", says what an operator does then).
+- A message store that holds messages next to a missing definitions file means the
+  file was lost: start-up stops, unless the operator forces it (force_recovery).
 """
 
 from __future__ import annotations
 
 import gc
+import json
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kanin.amqp.errors import AMQPError
 from kanin.core.auth import Permission, User
+from kanin.core.definitions_saver import DefinitionsSaver
 from kanin.core.exchanges import DefaultExchange, Exchange
 from kanin.core.queue import Queue
+from kanin.errors import StartupError
 from kanin.store import definitions
 
 if TYPE_CHECKING:
     from kanin.core.broker import Broker
-    from kanin.store.store import MessageStore
+    from kanin.store.store import MessageStore, Recovered
 
 log = logging.getLogger(__name__)
+
+UNKNOWN_QUEUE_MESSAGES = "unknown-queue-messages.json"
 
 
 class Persistence:
@@ -35,16 +45,9 @@ class Persistence:
         self.broker = broker
         self.store = store
         self.path = directory / "definitions.json"
-        self._save_scheduled = False
-
-    def definitions_changed(self) -> None:
-        if not self._save_scheduled:
-            self._save_scheduled = True
-            self.broker.scheduler.call_soon(self._save)
-
-    def _save(self) -> None:
-        self._save_scheduled = False
-        definitions.save(self.path, self.snapshot())
+        self.saver = DefinitionsSaver(
+            self.path, self.snapshot, broker.scheduler, store.after_commit
+        )
 
     # -- out ------------------------------------------------------------------------------
 
@@ -120,20 +123,45 @@ class Persistence:
         marked redelivered: the lazily written delivery marks may not have reached the
         disk, and "may have been delivered before" is what the flag promises."""
         unclean = not self.clean_marker.exists()
-        self.clean_marker.unlink(missing_ok=True)
         document = definitions.load(self.path)
         if document is not None:
-            self._restore_definitions(document)
+            try:
+                self._restore_definitions(document)
+            except (AMQPError, LookupError, TypeError, ValueError) as exc:
+                raise StartupError(
+                    f"definitions file {self.path} is damaged: cannot restore {exc!r}"
+                ) from None
         with _gc_paused():
-            self._restore_messages(all_redelivered=unclean and document is not None)
+            recovered = self.store.recover()
+            if document is None and recovered and not self.broker.config.force_recovery:
+                raise StartupError(self._lost_definitions(recovered))
+            self._restore_messages(recovered, all_redelivered=unclean and document is not None)
+        self.clean_marker.unlink(missing_ok=True)
+
+    def _lost_definitions(self, recovered: dict[str, list[Recovered]]) -> str:
+        count = sum(len(messages) for messages in recovered.values())
+        return (
+            f"definitions file {self.path} is missing, but the message store next to it "
+            f"holds {count} messages of {len(recovered)} queues: restore the file from a "
+            "backup, or start with --force-recovery to go on without it (those messages "
+            "are then kept aside, not deleted; see README, Running the broker)"
+        )
 
     @property
     def clean_marker(self) -> Path:
         return self.path.parent / "clean-shutdown"
 
+    @property
+    def unknown_queue_messages(self) -> Path:
+        return self.path.parent / UNKNOWN_QUEUE_MESSAGES
+
     def mark_clean_shutdown(self) -> None:
         """Called after the store has drained on an orderly stop."""
-        definitions.save(self.path, self.snapshot())
+        try:
+            self.saver.save_now()
+        except OSError as exc:
+            log.error("cannot save definitions at shutdown: %s", exc)
+            return  # no clean marker: the next start recovers as after a crash
         self.clean_marker.touch()
 
     def _restore_definitions(self, document: dict[str, Any]) -> None:
@@ -183,26 +211,49 @@ class Persistence:
             if destination is not None and spec["source"] in vhost.exchanges:
                 vhost.bind(spec["source"], destination, spec["routing_key"], spec["arguments"])
 
-    def _restore_messages(self, all_redelivered: bool) -> None:
-        recovered = self.store.recover()
+    def _restore_messages(
+        self, recovered: dict[str, list[Recovered]], all_redelivered: bool
+    ) -> None:
         total = 0
+        unknown: list[dict[str, Any]] = []
         for key, messages in recovered.items():
             vhost_name, _, queue_name = key.partition("\x00")
             vhost = self.broker.vhosts.get(vhost_name)
             queue = vhost.queues.get(queue_name) if vhost is not None else None
             if queue is None or not queue.durable:
-                log.warning(
-                    "dropping %d recovered messages of missing queue %r in vhost %r",
-                    len(messages),
-                    queue_name,
-                    vhost_name,
-                )
-                self.store.forget_queue(key, [m.id for m in messages])
+                unknown.append({"vhost": vhost_name, "queue": queue_name, "messages": messages})
                 continue
             queue.restore(messages, all_redelivered)
             total += len(messages)
         if total:
             log.info("recovered %d persistent messages in %d queues", total, len(recovered))
+        self._keep_aside(unknown)
+
+    def _keep_aside(self, unknown: list[dict[str, Any]]) -> None:
+        """Messages of queues the definitions do not name stay in the store untouched (the
+        definitions may be what is wrong); list them for the operator, and say so loudly."""
+        listing = self.unknown_queue_messages
+        if not unknown:
+            listing.unlink(missing_ok=True)
+            return
+        for entry in unknown:
+            entry["message_ids"] = [m.id for m in entry.pop("messages")]
+            log.error(
+                "kept %d messages of queue %r in vhost %r, which the definitions do not "
+                "name: they stay in %s, listed in %s; declare the durable queue and restart "
+                "to get them back (README, Running the broker)",
+                len(entry["message_ids"]),
+                entry["queue"],
+                entry["vhost"],
+                self.path.parent / "messages",
+                listing,
+            )
+        temporary = listing.with_suffix(".tmp")
+        try:
+            temporary.write_text(json.dumps({"queues": unknown}, indent=1))
+            temporary.replace(listing)
+        except OSError as exc:
+            log.error("cannot write %s: %s", listing, exc)
 
 
 @contextmanager

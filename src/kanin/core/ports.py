@@ -30,5 +30,10 @@ class ConnectionPort(Protocol):
 
     def send_parts(self, parts: list[bytes]) -> None: ...
 
+    def hold_until_saved(self) -> None:
+        """Hold what is sent from now on until the durable definitions as they are now are
+        on disk (nothing if they already are); if they cannot be saved, close the
+        connection with 541 instead."""
+
     def request_flush(self, channel: Channel) -> None:
         """Ask for channel.flush() at the end of this event-loop turn (confirm coalescing)."""

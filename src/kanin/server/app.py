@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import socket
@@ -12,8 +13,10 @@ from pathlib import Path
 from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
 from kanin.core.persistence import Persistence
+from kanin.errors import StartupError
 from kanin.server.bugs import loop_exception_handler
 from kanin.server.connection import AMQPConnection
+from kanin.server.datadir_lock import DataDirLock
 from kanin.server.disk import DiskMonitor
 from kanin.store.store import FileStore
 
@@ -29,13 +32,19 @@ class BrokerServer:
         self._stats_task: asyncio.Task[None] | None = None
         self.disk: DiskMonitor | None = None
         self._servers: list[asyncio.Server] = []
+        self._lock: DataDirLock | None = None
 
     async def start(self) -> list[tuple[str, int]]:
         """Listen; return the (host, port) of every listening socket."""
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(loop_exception_handler)
         data_dir = self.config.data_dir
-        data_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            self._lock = DataDirLock(data_dir)
+            self._lock.acquire()  # before anything in the directory is read or written
+        except OSError as exc:
+            raise StartupError(f"cannot use data directory {data_dir}: {exc.strerror}") from None
         started = loop.time()
         self.store = FileStore(
             data_dir / "messages",
@@ -44,27 +53,45 @@ class BrokerServer:
             force_recovery=self.config.force_recovery,
         )
         self.broker = broker = Broker(self.config, loop, self.store)
-        self.persistence = persistence = Persistence(broker, data_dir, self.store)
+        persistence = Persistence(broker, data_dir, self.store)
         persistence.restore()
-        broker.on_definitions_changed = persistence.definitions_changed
-        persistence.definitions_changed()  # the first start writes the defaults
+        # Only now: a broker that failed to restore must not save over what it could not read.
+        self.persistence = persistence
+        self.store.committer.prelude = persistence.saver.prelude
+        broker.definitions = persistence.saver
+        persistence.saver.changed()  # the first start writes the defaults
+        await _saved(persistence)  # a failure is logged, and retried like any other
         log.info("recovered %s in %.2fs", data_dir, loop.time() - started)
         self.disk = DiskMonitor(loop, data_dir, self.config.disk_free_limit_bytes, broker.alarms)
         self.disk.start()
+        self.store.committer.on_round_end = self.disk.check
         if self.config.stats_file is not None:
             self._stats_task = loop.create_task(self._write_stats(self.config.stats_file))
-        server = await loop.create_server(
-            lambda: AMQPConnection(broker),
-            host=self.config.bind,
-            port=self.config.port,
-            reuse_address=True,
-            backlog=1024,
-        )
+        server = await self._listen(broker)
         self._servers.append(server)
         addresses = [_address(sock) for sock in server.sockets]
         for host, port in addresses:
             log.info("kanin listening for AMQP on %s port %d", host, port)
         return addresses
+
+    async def _listen(self, broker: Broker) -> asyncio.Server:
+        bind, port = self.config.bind, self.config.port
+        try:
+            return await asyncio.get_running_loop().create_server(
+                lambda: AMQPConnection(broker),
+                host=bind,
+                port=port,
+                reuse_address=True,
+                backlog=1024,
+            )
+        except socket.gaierror as exc:
+            raise StartupError(f"bind address {bind!r} does not resolve: {exc.strerror}") from None
+        except OSError as exc:
+            if exc.errno != errno.EADDRNOTAVAIL:
+                raise  # port in use and the like: the caller reports it as it is
+            raise StartupError(
+                f"bind address {bind!r} is not on this host: {exc.strerror}"
+            ) from None
 
     @property
     def connections(self) -> set[AMQPConnection]:
@@ -113,6 +140,16 @@ class BrokerServer:
             await self.store.close()
         if self.persistence is not None:
             self.persistence.mark_clean_shutdown()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+
+async def _saved(persistence: Persistence) -> None:
+    """Until the definitions as they are now have been saved, or that save has failed."""
+    finished: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+    if persistence.saver.when_saved(finished.set_result):
+        await finished
 
 
 def _address(sock: socket.socket) -> tuple[str, int]:

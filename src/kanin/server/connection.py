@@ -7,6 +7,10 @@ Rules of this file:
 - Reads are processed a whole data_received at a time; everything written meanwhile
   is buffered and written once at the end of the event-loop turn, after the channels
   have coalesced their publisher confirms.
+- The -ok of a definition change waits until the definitions are on disk, and so does
+  everything sent after it: each such -ok opens a gate, and what is sent while gates
+  are shut is held in the newest one. Gates open in order as saves land; a failed
+  save closes the connection with 541 (the change stays, and is saved later).
 - An AMQPError from the codec or a channel becomes channel.close or connection.close;
   any other exception is a bug: it is logged and the connection closed with 541,
   and no other connection notices.
@@ -16,7 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import logging
+from collections import deque
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from pamqp import commands
@@ -66,6 +73,15 @@ class State(enum.Enum):
     CLOSED = 7
 
 
+@dataclass(eq=False)
+class _Gate:
+    """Frames held until the definitions save this gate waits for has landed."""
+
+    frames: list[bytes] = field(default_factory=list)
+    done: bool = False
+    problem: str | None = None  # why the save failed
+
+
 class AMQPConnection(asyncio.Protocol):
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -90,6 +106,7 @@ class AMQPConnection(asyncio.Protocol):
         self.user: User
         self.vhost: VirtualHost
         self._out: list[bytes] = []
+        self._gates: deque[_Gate] = deque()  # oldest first; see the header
         self._flush_scheduled = False
         self._dirty_channels: dict[int, Channel] = {}
         self._writable = True
@@ -208,6 +225,7 @@ class AMQPConnection(asyncio.Protocol):
             channel.shutdown()
         self.channels.clear()
         self._out.clear()
+        self._gates.clear()
         for queue in list(self.exclusive_queues):
             if not queue.deleted:
                 self.vhost.remove_queue(queue)
@@ -250,6 +268,9 @@ class AMQPConnection(asyncio.Protocol):
     def send(self, data: bytes) -> None:
         if self.state is State.CLOSED:
             return
+        if self._gates:
+            self._gates[-1].frames.append(data)
+            return
         self._out.append(data)
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -258,8 +279,36 @@ class AMQPConnection(asyncio.Protocol):
     def send_parts(self, parts: list[bytes]) -> None:
         if self.state is State.CLOSED:
             return
+        if self._gates:
+            self._gates[-1].frames.extend(parts)
+            return
         self._out.extend(parts)
         if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._soon.call_soon(self._flush)
+
+    def hold_until_saved(self) -> None:
+        keeper = self.broker.definitions
+        if keeper is None or self.state is State.CLOSED:
+            return
+        gate = _Gate()
+        if keeper.when_saved(functools.partial(self._gate_done, gate)):
+            self._gates.append(gate)
+
+    def _gate_done(self, gate: _Gate, problem: str | None) -> None:
+        gate.done, gate.problem = True, problem
+        gates = self._gates
+        released = False
+        while gates and gates[0].done:
+            first = gates.popleft()
+            if first.problem is not None:
+                # The -ok that opened this gate must not go out: RabbitMQ answers an
+                # internal failure with 541 on the connection.
+                self.fail(ConnectionError_(C.INTERNAL_ERROR, first.problem))
+                return
+            self._out.extend(first.frames)
+            released = True
+        if released and not self._flush_scheduled:
             self._flush_scheduled = True
             self._soon.call_soon(self._flush)
 
@@ -602,6 +651,7 @@ class AMQPConnection(asyncio.Protocol):
             self.transport.abort()
 
     def _shutdown_channels(self) -> None:
+        self._gates.clear()  # held replies are dropped; what closes the connection goes out
         for channel in self.channels.values():
             channel.shutdown()
         self.channels.clear()

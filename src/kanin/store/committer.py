@@ -12,6 +12,12 @@ How this works (after LavinMQ's persister and the classic group-commit idea):
 - A chunk appended with a message id is reported to `on_written` with the offset at
   which it landed, after a successful round and before its waiters run: that is how
   the store learns where to read a message back.
+- `prelude`, if set, is asked at the start of each round for work to do on the worker
+  thread before the round's records are written: the definitions save. If that work
+  fails, nothing of the round is written and every waiter gets False; so no round
+  reports success while the definitions on disk are behind what its records need.
+- `on_round_end`, if set, runs on the loop as each round ends, before its waiters (the
+  free-disk check).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from kanin.store.segments import SegmentLog
 
@@ -28,6 +35,18 @@ log = logging.getLogger(__name__)
 Waiter = Callable[[bool], None]
 # (message id, segment, offset) of each chunk appended with a message id.
 Landed = list[tuple[int, int, int]]
+
+
+@dataclass(frozen=True)
+class Prelude:
+    """Work a round does before it writes its records."""
+
+    run: Callable[[], None]  # on the worker thread; raising fails the whole round
+    done: Callable[[BaseException | None], None]  # on the loop, before the round's waiters
+
+
+class PreludeFailed(Exception):
+    """The prelude raised: its owner reports that (once per outage), not the committer."""
 
 
 class GroupCommitter:
@@ -46,7 +65,10 @@ class GroupCommitter:
         self.rounds_started = 0
         self.records_committed = 0
         self.failed = False  # the last round failed: the disk is in trouble
+        self._write_failing = False  # the last write of records failed (logged once)
         self.on_written: Callable[[Landed], None] | None = None
+        self.prelude: Callable[[], Prelude | None] | None = None
+        self.on_round_end: Callable[[], None] | None = None
 
     @property
     def idle(self) -> bool:
@@ -83,12 +105,22 @@ class GroupCommitter:
         ids, self._chunk_ids = self._chunk_ids, []
         waiters, self._waiters = self._waiters, []
         deletes, self._deletes = self._deletes, []
+        prelude = self.prelude() if self.prelude is not None else None
         self._running = True
         self.rounds_started += 1
-        future = self._loop.run_in_executor(self._executor, self._write, chunks, deletes)
-        future.add_done_callback(lambda done: self._finish_round(done, waiters, chunks, ids))
+        future = self._loop.run_in_executor(self._executor, self._write, prelude, chunks, deletes)
+        future.add_done_callback(
+            lambda done: self._finish_round(done, prelude, waiters, chunks, ids)
+        )
 
-    def _write(self, chunks: list[tuple[int, bytes]], deletes: list[int]) -> list[int]:
+    def _write(
+        self, prelude: Prelude | None, chunks: list[tuple[int, bytes]], deletes: list[int]
+    ) -> list[int]:
+        if prelude is not None:
+            try:
+                prelude.run()
+            except Exception as exc:
+                raise PreludeFailed(exc) from exc
         offsets = self._segments.write(chunks) if chunks else []
         for segment in deletes:
             self._segments.delete(segment)
@@ -97,6 +129,7 @@ class GroupCommitter:
     def _finish_round(
         self,
         done: asyncio.Future[list[int]],
+        prelude: Prelude | None,
         waiters: list[Waiter],
         chunks: list[tuple[int, bytes]],
         ids: list[int],
@@ -104,9 +137,17 @@ class GroupCommitter:
         self._running = False
         self.rounds += 1
         self.records_committed += len(chunks)
-        ok = done.exception() is None
-        if not ok:
-            log.error("message store write failed: %s", done.exception())
+        error = done.exception()
+        ok = error is None
+        if prelude is not None:
+            prelude.done(error.__cause__ if isinstance(error, PreludeFailed) else None)
+        store_error = error is not None and not isinstance(error, PreludeFailed)
+        if store_error and not self._write_failing:
+            log.error("message store write failed: %s", error)  # once, not every round
+        elif ok and self._write_failing:
+            log.warning("message store writes succeed again")
+        if store_error or ok:
+            self._write_failing = store_error
         self.failed = not ok
         if not ok:
             # Waiters that joined during this round cover its lost records too.
@@ -120,6 +161,8 @@ class GroupCommitter:
             ]
             if landed:
                 self.on_written(landed)
+        if self.on_round_end is not None:
+            self.on_round_end()  # before the waiters: the confirms go out under the new alarm
         for waiter in waiters:
             waiter(ok)
         self._kick()

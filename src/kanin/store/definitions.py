@@ -3,9 +3,8 @@ and the bindings between durable things, kept in one JSON document.
 
 The document is small and changes rarely, so it is rewritten whole: written to a
 temporary file, fsynced, renamed over the old one and the directory fsynced. A crash
-leaves either the old or the new document, never a mix. Saves are coalesced to one
-per event-loop turn, and always land before any publisher confirm of that turn could
-go out (confirms wait for the message store's commit round, which runs later).
+leaves either the old or the new document, never a mix. When to save is decided by
+core/definitions_saver.py: once per message-store commit round, before its records.
 """
 
 from __future__ import annotations
@@ -14,6 +13,8 @@ import json
 import os
 from pathlib import Path
 from typing import Any
+
+from kanin.errors import StartupError
 
 FORMAT_VERSION = 1
 
@@ -35,13 +36,68 @@ def save(path: Path, document: dict[str, Any]) -> None:
 
 
 def load(path: Path) -> dict[str, Any] | None:
-    if not path.exists():
+    """The document, or None when there is none; StartupError naming the file when it
+    cannot be read or is not a definitions document kanin wrote."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
         return None
-    document: dict[str, Any] = json.loads(path.read_bytes(), object_hook=_decode)
+    except OSError as exc:
+        raise StartupError(f"cannot read definitions file {path}: {exc.strerror}") from None
+    try:
+        document = json.loads(data, object_hook=_decode)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError both are
+        raise _damaged(path, f"not valid JSON ({exc})") from None
+    problem = _shape_problem(document)
+    if problem:
+        raise _damaged(path, problem)
+    assert isinstance(document, dict)
+    return document
+
+
+def _damaged(path: Path, problem: str) -> StartupError:
+    return StartupError(
+        f"definitions file {path} is damaged: {problem}; restore it from a backup "
+        "(see README, Running the broker)"
+    )
+
+
+# What each list in the document holds: objects with at least these keys.
+_REQUIRED: dict[str, set[str]] = {
+    "users": {"name", "password_hash", "tags"},
+    "permissions": {"user", "vhost", "configure", "write", "read"},
+    "exchanges": {"vhost", "name", "type", "auto_delete", "internal", "arguments"},
+    "queues": {"vhost", "name", "auto_delete", "arguments"},
+    "bindings": {
+        "vhost",
+        "source",
+        "destination",
+        "destination_type",
+        "routing_key",
+        "arguments",
+    },
+}
+
+
+def _shape_problem(document: Any) -> str:
+    """What makes the document unusable, or "" if its shape is right."""
+    if not isinstance(document, dict):
+        return "not a definitions document (the top level is not an object)"
     version = document.get("kanin_definitions_version")
     if version != FORMAT_VERSION:
-        raise ValueError(f"{path}: unsupported definitions version {version!r}")
-    return document
+        return f"unsupported definitions version {version!r} (this kanin reads {FORMAT_VERSION})"
+    vhosts = document.get("vhosts", [])
+    if not isinstance(vhosts, list) or not all(isinstance(v, str) for v in vhosts):
+        return '"vhosts" is not a list of names'
+    for section, keys in _REQUIRED.items():
+        entries = document.get(section, [])
+        if not isinstance(entries, list):
+            return f'"{section}" is not a list'
+        for index, entry in enumerate(entries):
+            missing = keys - set(entry) if isinstance(entry, dict) else keys
+            if missing:
+                return f'entry {index} of "{section}" lacks {", ".join(sorted(missing))}'
+    return ""
 
 
 # Field-table values JSON cannot hold as they are (bytes, timestamps), tagged.

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from kanin.errors import StartupError
 
-class RecoveryError(Exception):
+
+class RecoveryError(StartupError):
     """The data directory cannot be recovered without losing data the operator has not
     agreed to lose (`kanin server --force-recovery` agrees). The message is one line,
     printed as it is by the CLI."""
