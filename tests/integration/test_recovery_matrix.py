@@ -10,9 +10,13 @@ its damage function and starts it again. The damage function returns what it des
   stderr, no traceback); the row then starts again with --force-recovery, which must
   recover every message not in `lost`;
 - `evidence`: a damaged closed segment, whose damaged bytes must still be on disk after the
-  recovery (the file is never cut or rewritten, and keeps a second name, .damaged).
-To add a row, write a function over the data directory (for example one that damages or
-deletes definitions.json) and add it to DAMAGE.
+  recovery (the file is never cut or rewritten, and keeps a second name, .damaged);
+- `set_aside`: a file the operator moves away before the forced start (a damaged
+  definitions file is not read again);
+- `redeclare`: the definitions were lost, so after the forced start the queue is unknown and
+  its messages are kept aside; the operator declares the durable queue again and restarts,
+  and every message comes back.
+To add a row, write a function over the data directory and add it to DAMAGE.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ class Damage:
     lost: set[bytes] = field(default_factory=set)
     refused: str | None = None
     evidence: Path | None = None
+    set_aside: Path | None = None
+    redeclare: bool = False
 
     def __post_init__(self) -> None:
         self.damaged_bytes = self.evidence.read_bytes() if self.evidence else b""
@@ -131,6 +137,17 @@ def deleted_oldest_segment(data_dir: Path) -> Damage:
     return Damage(lost=lost, refused=gone.name)
 
 
+def deleted_definitions_file(data_dir: Path) -> Damage:
+    (data_dir / "definitions.json").unlink()
+    return Damage(refused="definitions.json", redeclare=True)
+
+
+def damaged_definitions_file(data_dir: Path) -> Damage:
+    path = data_dir / "definitions.json"
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # torn mid-document
+    return Damage(refused="definitions.json", set_aside=path, redeclare=True)
+
+
 DAMAGE: list[Callable[[Path], Damage]] = [
     flipped_byte_in_a_closed_segment,
     flipped_byte_in_the_active_segment,
@@ -139,6 +156,8 @@ DAMAGE: list[Callable[[Path], Damage]] = [
     damaged_closed_segment_header,
     deleted_segment,
     deleted_oldest_segment,
+    deleted_definitions_file,
+    damaged_definitions_file,
 ]
 
 
@@ -175,6 +194,15 @@ def consume_all(port: int) -> list[bytes]:
         got.append(body)
     connection.close()
     return got
+
+
+def declared_count(port: int) -> int:
+    """Declare the durable queue (as the operator does to get kept-aside messages back) and
+    return how many messages it holds now."""
+    connection = connect(port)
+    count = connection.channel().queue_declare(QUEUE, durable=True).method.message_count
+    connection.close()
+    return int(count)
 
 
 def stop(process: subprocess.Popen[str]) -> None:
@@ -215,8 +243,19 @@ def test_damage_loses_nothing_intact_or_stops_start_up(
         assert last.startswith("kanin: cannot start: "), result.stderr
         assert destroyed.refused in last and "--force-recovery" in last, last
         extra = ("--force-recovery",)
+    if destroyed.set_aside is not None:
+        destroyed.set_aside.rename(tmp_path / "set-aside")
 
     process, port = start_kanin(data_dir, "--segment-mb", SEGMENT_MB, *extra)
+    try:
+        if destroyed.redeclare:
+            assert declared_count(port) == 0  # kept aside, not in the new queue yet
+    finally:
+        stop(process)
+    if destroyed.redeclare:  # the kept-aside messages were listed for the operator
+        assert QUEUE in (data_dir / "unknown-queue-messages.json").read_text()
+    # A plain start: the queue is known again (declared above), and its messages return.
+    process, port = start_kanin(data_dir, "--segment-mb", SEGMENT_MB)
     try:
         recovered = consume_all(port)
     finally:

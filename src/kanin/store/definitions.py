@@ -57,8 +57,9 @@ def load(path: Path) -> dict[str, Any] | None:
 
 def _damaged(path: Path, problem: str) -> StartupError:
     return StartupError(
-        f"definitions file {path} is damaged: {problem}; restore it from a backup "
-        "(see README, Running the broker)"
+        f"definitions file {path} is damaged: {problem}; restore it from a backup, or move "
+        "it away and start with --force-recovery (stored messages are then kept aside, not "
+        "deleted; see README, Running the broker)"
     )
 
 
