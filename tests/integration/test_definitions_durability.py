@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pika
 import pytest
-from pamqp import commands
+from pamqp import commands, frame
 from pika.adapters.blocking_connection import BlockingConnection
 from pika.exceptions import ConnectionClosedByBroker
 
@@ -232,3 +232,25 @@ def test_a_missing_definitions_file_with_no_messages_starts(tmp_path: Path) -> N
     (tmp_path / "definitions.json").unlink()
     process, port = start_kanin(tmp_path)
     stop(process)
+
+
+def test_pipelined_declares_that_cannot_be_saved_get_the_connection_close(
+    tmp_path: Path,
+) -> None:
+    """Declares sent in one write while the save fails: the client hears connection.close
+    541, never a silent drop (the -oks and whatever follows them are held, not the close)."""
+    process, port = start_kanin(tmp_path)
+    try:
+        (tmp_path / "definitions.tmp").mkdir()  # every definitions save fails
+        with RawClient.connect("127.0.0.1", port) as client:
+            client.handshake()
+            client.open_channel(1)
+            declares = [
+                commands.Queue.Declare(queue=name, durable=True) for name in ("first", "second")
+            ]
+            client.send_raw(b"".join(frame.marshal(d, 1) for d in declares))
+            close = client.expect_connection_close()
+            assert close.reply_code == 541
+            assert "cannot save definitions" in close.reply_text
+    finally:
+        kill(process)

@@ -302,8 +302,10 @@ class AMQPConnection(asyncio.Protocol):
         while gates and gates[0].done:
             first = gates.popleft()
             if first.problem is not None:
-                # The -ok that opened this gate must not go out: RabbitMQ answers an
-                # internal failure with 541 on the connection.
+                # The -ok that opened this gate must not go out, nor anything after it:
+                # RabbitMQ answers an internal failure with 541 on the connection. The
+                # later gates go too, or they would hold the connection.close itself.
+                gates.clear()
                 self.fail(ConnectionError_(C.INTERNAL_ERROR, first.problem))
                 return
             self._out.extend(first.frames)
