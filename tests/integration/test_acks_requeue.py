@@ -1,4 +1,4 @@
-"""SPEC §3: basic.recover, and requeueing of unacked deliveries when a channel or connection goes.
+"""basic.recover, and requeueing of unacked deliveries when a channel or connection goes.
 
 Expected values were observed against RabbitMQ 3.10 and hard-coded.
 """

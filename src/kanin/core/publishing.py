@@ -114,7 +114,7 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
         if refused:
             channel.confirms.reject(seq)
         elif stored:
-            # Persistent on a durable queue: confirmed only after its fsync (SPEC §4).
+            # Persistent on a durable queue: confirmed once on disk, as RabbitMQ does.
             channel.confirms.hold(seq)
             channel.awaiting_disk.append(seq)
         else:
