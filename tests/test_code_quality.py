@@ -30,7 +30,9 @@ def test_mypy_strict_is_clean() -> None:
 # References to documents that are not in the repository: a design spec's sections, the
 # "seed" papers and experiments it started from, tracker issue numbers. A reader has none
 # of them, so code and docs state the behaviour, or link RabbitMQ's public documentation.
-OUTSIDE_REFERENCE = re.compile(r"\bSPEC\b|\b(?i:seed 0\d\d|issue \d)")
+# (Written with character classes, and the examples below with underscores, so that a
+# plain grep of the repository for such citations finds nothing, this file included.)
+OUTSIDE_REFERENCE = re.compile(r"\bS[P]EC\b|\b(?i:seed [0]\d\d|issue [0-9])")
 TEXT_SUFFIXES = {".py", ".md", ".json", ".txt", ".toml", ".cfg", ".sh"}
 
 
@@ -55,7 +57,8 @@ def test_nothing_cites_documents_outside_the_repository() -> None:
 
 
 def test_the_outside_reference_pattern_catches_what_it_is_for() -> None:
-    for cited in ("see SPEC §3", "seed 003's experiment", "Seed 001 reports", "(issue 5)"):
+    written = ("see SP_EC §3", "seed _003's experiment", "Seed _001 reports", "(issue _5)")
+    for cited in (text.replace("_", "") for text in written):
         assert OUTSIDE_REFERENCE.search(cited), cited
     for plain in ("as the spec asks", "qos_semantics_matches_spec", "random seed 7", "no issue"):
         assert not OUTSIDE_REFERENCE.search(plain), plain
