@@ -1,4 +1,4 @@
-"""Issue 5's benchmark: kanin against RabbitMQ 3.10, scenario by scenario, in one run.
+"""The comparison benchmark: kanin against RabbitMQ 3.10, scenario by scenario, in one run.
 
     python bench/compare.py            # 20-25 minutes; writes bench/results/compare.{md,json}
     python bench/compare.py --quick    # 2-3 minutes, 1 repetition: does it all work?
@@ -9,10 +9,10 @@ reads the broker process's CPU time before and after.
 (a) 1 producer, 1 consumer, 16-byte transient messages, no confirms, auto-ack;
 (b) (a) with manual acks, prefetch 200, one multiple ack per 50;
 (c) (b) with publisher confirms, window 1000;   (d) (c) persistent, durable queue;
-(e) seed 003's experiment, bench/durability.py's (a): 1500-byte persistent messages,
-    1/2/4/8 queues, 2 producers and 3 consumers per queue;
-(f) seed 001's confirm strategies on 50,000 persistent messages: one at a time,
-    batches of 100, asynchronous (window 1000);
+(e) an end-to-end experiment, bench/durability.py's (a): 1500-byte persistent messages,
+    publisher confirms and manual acks, 1/2/4/8 queues, 2 producers and 3 consumers per queue;
+(f) the confirm strategies of RabbitMQ's publisher-confirms tutorial on 50,000 persistent
+    messages: one at a time, batches of 100, asynchronous (window 1000);
 (g) (c) and (d) at a fixed 1,000 msg/s: confirm and end-to-end latency percentiles;
 (m) resident memory per idle connection (one channel each) and per empty queue.
 bench/README.md explains each column.
@@ -104,9 +104,9 @@ def plan(args: argparse.Namespace) -> list[Point]:
         if x in args.only
     ]
     if "e" in args.only:
-        points += [_seed_003(int(q), args) for q in args.queues.split(",")]
+        points += [_end_to_end(int(q), args) for q in args.queues.split(",")]
     if "f" in args.only:
-        points += [_seed_001(strategy, args.messages) for strategy in CONFIRM_STRATEGIES]
+        points += [_confirm_strategy(strategy, args.messages) for strategy in CONFIRM_STRATEGIES]
     if "g" in args.only:
         paced = ["--rate", str(args.rate), *timed]
         points += [
@@ -125,24 +125,24 @@ def _with_prefix(perf_args: list[str]) -> Callable[[str], list[str]]:
     return lambda prefix: [*perf_args, "--queue-prefix", prefix]
 
 
-def _seed_003(queues: int, args: argparse.Namespace) -> Point:
+def _end_to_end(queues: int, args: argparse.Namespace) -> Point:
     # durability.py's own arguments, so (e) here and its (a) measure the same thing.
     settings = argparse.Namespace(window=1000, prefetch=200, duration=args.duration)
     return Point(
         "e",
         f"e {queues}q",
-        f"seed 003: {queues} queue(s), {2 * queues}x2 producers, {3 * queues}x3 consumers",
+        f"end-to-end: {queues} queue(s), {2 * queues}x2 producers, {3 * queues}x3 consumers",
         lambda prefix: durability.point_args(queues, prefix, settings, EXCHANGE),
         queues=queues,
     )
 
 
-def _seed_001(strategy: str, messages: int) -> Point:
+def _confirm_strategy(strategy: str, messages: int) -> Point:
     # The tutorial publishes and times; nobody consumes. The depth check stands in for
     # perf's loss check, so the queues stay until it is done (no --delete-queues).
     perf_args = ["-x", "1", "-y", "0", "-s", "16", *PERSISTENT, "--confirm", strategy]
     perf_args += ["--count", str(messages)]
-    what = f"seed 001: {messages:,} persistent msgs, {CONFIRM_STRATEGIES[strategy]}"
+    what = f"confirm strategies: {messages:,} persistent msgs, {CONFIRM_STRATEGIES[strategy]}"
     return Point("f", f"f {strategy}", what, _with_prefix(perf_args), consumers=False)
 
 

@@ -89,7 +89,8 @@ def _cpu_cell(values: list[float]) -> str:
 
 
 def confirm_time_table(points: list[dict[str, Any]]) -> list[str]:
-    """Seed 001 reports the time to publish and confirm all messages: so does this."""
+    """RabbitMQ's publisher-confirms tutorial reports the time to publish and confirm all
+    messages: so does this (https://www.rabbitmq.com/tutorials/tutorial-seven-java.html)."""
     lines = [
         "| point | kanin s | RabbitMQ s | kanin ÷ RabbitMQ |",
         "|---|---:|---:|---:|",
@@ -268,7 +269,7 @@ def render(results: dict[str, Any]) -> str:
     settings = results.get("settings", {})
     points = results.get("points", [])
     timed = [p for p in points if p["scenario"] in "abcde"]
-    seed_001 = [p for p in points if p["scenario"] == "f"]
+    confirm_points = [p for p in points if p["scenario"] == "f"]
     paced = [p for p in points if p["scenario"] == "g"]
     lines = ["# kanin and RabbitMQ, scenario by scenario", "", run_line(results, "compare"), ""]
     lines += [
@@ -279,11 +280,11 @@ def render(results: dict[str, Any]) -> str:
         "(kanin's server, RabbitMQ's beam.smp) user + system time during the perf run.",
         "",
     ]
-    if timed or seed_001:
-        lines += ["## Throughput and CPU, (a)-(f)", "", *throughput_table(timed + seed_001)]
-    if seed_001:
+    if timed or confirm_points:
+        lines += ["## Throughput and CPU, (a)-(f)", "", *throughput_table(timed + confirm_points)]
+    if confirm_points:
         lines += ["### (f) Seconds to publish and confirm every message", ""]
-        lines += confirm_time_table(seed_001)
+        lines += confirm_time_table(confirm_points)
     if paced:
         lines += ["## (g) Latency when not saturated", "", *latency_table(paced)]
     if results.get("memory"):

@@ -1,8 +1,8 @@
-"""Issue 4's durability benchmark: kanin and RabbitMQ, measured in the same run.
+"""The durability benchmark: kanin and RabbitMQ, measured in the same run.
 
     python bench/durability.py            # about 12 minutes; writes bench/results/
 
-(a) seed 003's experiment: persistent 1500-byte messages, publisher confirms, manual acks,
+(a) an end-to-end experiment: persistent 1500-byte messages, publisher confirms, manual acks,
     1/2/4/8 durable queues behind a durable direct exchange, 2 producers (2 channels
     each) and 3 consumers (3 channels each) per queue; repetitions alternate the broker
     that goes first. (b) kanin's fsyncs per second and messages per fsync during (a),

@@ -114,7 +114,7 @@ def throughput_tables(points: list[dict[str, Any]]) -> list[str]:
                 f"| {median([w.get('messages_per_fsync', 0.0) for w in windows]):,.0f} |"
             )
     return [
-        "### (a) Throughput, seed 003's experiment",
+        "### (a) Throughput, end-to-end experiment",
         "",
         *lines,
         "",

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import kombu
 import pika
 import pytest
 from celery import Celery
@@ -127,3 +128,26 @@ def test_celery_countdown_task(celery_app: Celery) -> None:
         assert prompt.get(timeout=RESULT_TIMEOUT_S) == 2
         assert delayed.get(timeout=RESULT_TIMEOUT_S) == 9
         assert time.monotonic() - start >= 0.9
+
+
+def test_kombu_uses_global_qos(broker: Any) -> None:
+    """kombu's test for the broker's basic.qos semantics, which Celery's worker follows."""
+    with kombu.Connection(kombu_url(broker.url)) as connection:
+        connection.connect()
+        # False means "RabbitMQ 3.3-3.x semantics": the worker will use global=true.
+        assert connection.qos_semantics_matches_spec is False
+
+
+def test_worker_full_of_eta_tasks_still_takes_new_tasks(celery_app: Celery) -> None:
+    """Celery holds ETA tasks unacked and, for each, raises its prefetch with basic.qos so
+    that it can take further tasks. It does so with global=true only when the broker says it
+    is RabbitMQ 3.3-3.x, because for RabbitMQ a per-consumer (global=false) limit does not
+    grow for a consumer that exists already. Here the prefetch is 1 and three ETA tasks, due
+    long after the test, fill it: the task sent after them must still run."""
+    add = celery_app.tasks["compat.add"]
+    celery_app.conf.worker_prefetch_multiplier = 1  # solo pool: a prefetch of 1
+    with run_worker(celery_app):
+        later = [add.apply_async((i, i), countdown=600) for i in range(3)]
+        now = add.delay(20, 22)
+        assert now.get(timeout=RESULT_TIMEOUT_S) == 42
+        assert [result.state for result in later] == ["PENDING"] * 3

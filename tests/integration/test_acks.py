@@ -1,4 +1,4 @@
-"""SPEC §3: basic.ack / nack / reject, multiple, requeue, and unknown or foreign tags.
+"""basic.ack / nack / reject, multiple, requeue, and unknown or foreign tags.
 
 Expected values were observed against RabbitMQ 3.10 and hard-coded.
 """

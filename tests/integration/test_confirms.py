@@ -1,4 +1,5 @@
-"""Publisher confirms (SPEC §4): confirm.select, sequence numbers, ack/nack, return ordering.
+"""Publisher confirms: confirm.select, sequence numbers, ack/nack, return ordering
+(https://www.rabbitmq.com/confirms.html).
 
 Exact frames are checked with the raw pamqp client (tests/rawamqp.py); pika and aio-pika
 check that real clients see the same. Reply codes and texts are RabbitMQ 3.10's.

@@ -1,6 +1,6 @@
-"""SPEC §1 Connection: protocol header, connection.start, authentication, vhosts, users.
+"""Connection: protocol header, connection.start, authentication, vhosts, users.
 
-The rest of §1 is in test_connection_tuning.py (tune, heartbeats),
+The rest of the connection's behaviour is in test_connection_tuning.py (tune, heartbeats),
 test_connection_lifecycle.py (channel vs connection errors, closing, lost connections)
 and test_connection_frames.py (malformed and out-of-order frames).
 """

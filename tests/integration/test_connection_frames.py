@@ -1,4 +1,4 @@
-"""SPEC §1 Connection: malformed and out-of-order frames get RabbitMQ's protocol errors.
+"""Connection: malformed and out-of-order frames get RabbitMQ's protocol errors.
 
 Every case uses the raw client (tests/rawamqp.py) because real client libraries
 refuse to send such bytes. Reply texts are RabbitMQ 3.10's, observed on the wire.
@@ -205,7 +205,8 @@ def test_unknown_method_closes_only_that_connection(
 def test_unknown_method_gets_connection_close(
     broker: Any, channel: int, class_id: int, method_id: int
 ) -> None:
-    # SPEC §1: malformed input gets a protocol error and a close (RabbitMQ just drops the socket).
+    # kanin deliberately answers malformed input with a protocol error and a close, so the
+    # client learns why; RabbitMQ just drops the socket.
     with opened(broker) as client:
         client.send_raw(build_frame(FRAME_METHOD, channel, method_payload(class_id, method_id)))
         code, text, _class, _method = connection_error(client)

@@ -1,4 +1,4 @@
-"""SPEC §1 Connection: channel errors vs connection errors, closing, lost connections."""
+"""Connection: channel errors vs connection errors, closing, lost connections."""
 
 from __future__ import annotations
 

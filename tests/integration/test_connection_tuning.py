@@ -1,4 +1,4 @@
-"""SPEC §1 Connection: connection.tune (channel-max, frame-max) and heartbeats."""
+"""Connection: connection.tune (channel-max, frame-max) and heartbeats."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SPEC §3: consumers, delivery tags, basic.get, cancel, exclusivity, round robin, priorities.
+"""Consumers, delivery tags, basic.get, cancel, exclusivity, round robin, priorities.
 
 Expected values were observed against RabbitMQ 3.10 and hard-coded.
 """

@@ -1,4 +1,4 @@
-"""kill -9 at random moments (SPEC §5): every confirmed message survives, exactly once.
+"""kill -9 at random moments: every confirmed message survives, exactly once.
 
 A real `kanin server` process runs under a publisher with confirms (persistent
 messages, durable queue) and a consumer that acks inside transactions: a tx.commit-ok

@@ -1,4 +1,4 @@
-"""kill -9 under push consumers (SPEC §5), beside test_crash_recovery.py's basic.get consumer.
+"""kill -9 under push consumers, beside test_crash_recovery.py's basic.get consumer.
 
 A real `kanin server` process takes confirmed persistent publishes (delivery mode 2, a durable
 queue, rich properties and headers) while a basic.consume consumer with a prefetch window

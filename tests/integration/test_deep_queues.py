@@ -1,4 +1,4 @@
-"""Deep queues over real sockets (SPEC §5: "a queue deeper than memory keeps working"): past
+"""Deep queues over real sockets (a queue deeper than memory keeps working): past
 its memory budget a durable queue keeps persistent bodies on disk only and reads them back for
 delivery. Every message arrives intact and in order, memory stays bounded, and a deep queue
 comes back whole after a clean restart or kill -9.

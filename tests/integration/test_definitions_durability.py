@@ -18,7 +18,7 @@ import pika
 import pytest
 from pamqp import commands, frame
 from pika.adapters.blocking_connection import BlockingConnection
-from pika.exceptions import ConnectionClosedByBroker
+from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
 from helpers import drain, start_kanin
 from rawamqp import RawClient
@@ -180,6 +180,38 @@ def test_recovery_keeps_messages_of_queues_the_definitions_do_not_name(tmp_path:
     try:
         assert queue_bodies(port, QUEUE) == [b"m%d" % n for n in range(10)]
         assert not (tmp_path / "unknown-queue-messages.json").exists()
+    finally:
+        stop(process)
+
+
+def test_a_saved_quorum_queue_type_is_dropped_and_the_queue_kept(tmp_path: Path) -> None:
+    """Earlier kanin accepted x-queue-type quorum and made a classic queue; kanin now refuses
+    that type, but must still start on such definitions and keep the queue's messages."""
+    process, port = start_kanin(tmp_path)
+    declare_durable(port, QUEUE)
+    publish_confirmed(port, QUEUE, 3)
+    stop(process)
+    definitions = tmp_path / "definitions.json"
+    document = json.loads(definitions.read_text())
+    (queue,) = document["queues"]
+    queue["arguments"]["x-queue-type"] = "quorum"
+    definitions.write_text(json.dumps(document))
+
+    log: list[str] = []
+    process, port = start_kanin(tmp_path, log=log)
+    try:
+        errors = [line for line in log if " ERROR " in line and "x-queue-type" in line]
+        assert len(errors) == 1, "".join(log)
+        assert repr(QUEUE) in errors[0] and "'quorum'" in errors[0]
+        connection = connect(port)
+        with pytest.raises(ChannelClosedByBroker) as info:
+            connection.channel().queue_declare(
+                QUEUE, durable=True, arguments={"x-queue-type": "quorum"}
+            )
+        assert info.value.reply_code == 406
+        assert "inequivalent arg 'x-queue-type'" in info.value.reply_text
+        connection.close()
+        assert queue_bodies(port, QUEUE) == [b"m0", b"m1", b"m2"]
     finally:
         stop(process)
 

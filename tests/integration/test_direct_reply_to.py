@@ -1,14 +1,16 @@
-"""Direct reply-to (SPEC §1 capability direct_reply_to): RPC replies without a reply queue.
+"""Direct reply-to (https://www.rabbitmq.com/direct-reply-to.html, the direct_reply_to
+capability): RPC replies without a reply queue.
 
 The requester consumes the pseudo-queue amq.rabbitmq.reply-to with no-ack and publishes a
 request whose reply_to is amq.rabbitmq.reply-to; the server sees reply_to rewritten to
-amq.rabbitmq.reply-to.<token> and publishes the reply to the default exchange with that
+amq.rabbitmq.reply-to.<part>.<part> and publishes the reply to the default exchange with that
 routing key. Reply codes and texts are RabbitMQ 3.10's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -26,7 +28,10 @@ from helpers import assert_silent, channel_close, declare_queue, process_events_
 from rawamqp import RawClient
 
 REPLY_TO = "amq.rabbitmq.reply-to"
-REPLY_NAME = re.compile(r"^amq\.rabbitmq\.reply-to\.\S+$")
+# RabbitMQ 3.10's shape: two standard-base64 parts (its channel's process id, a 16-byte key).
+REPLY_NAME = re.compile(
+    r"^amq\.rabbitmq\.reply-to\.([A-Za-z0-9+/]+={0,2})\.([A-Za-z0-9+/]+={0,2})$"
+)
 
 
 @pytest.fixture
@@ -136,6 +141,18 @@ def test_reply_name_is_per_channel(raw: RawClient) -> None:
     # RabbitMQ 3.10: the same name for every request on a channel, another on another channel.
     assert first == again
     assert first != other
+
+
+def test_reply_name_has_rabbitmq_shape_and_routes_back(raw: RawClient) -> None:
+    name = issued_reply_name(raw)
+    match = REPLY_NAME.match(name)
+    assert match is not None, name
+    channel_part, key_part = (base64.b64decode(part, validate=True) for part in match.groups())
+    assert channel_part and len(key_part) == 16
+    raw.publish(1, b"reply", routing_key=name)
+    deliver, _, body = read_message(raw, commands.Basic.Deliver)
+    # The requester sees the reply under the same name, as the routing key.
+    assert (body, deliver.exchange, deliver.routing_key) == (b"reply", "", name)
 
 
 def test_reply_consumer_must_be_no_ack(raw: RawClient) -> None:

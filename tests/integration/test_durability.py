@@ -1,4 +1,4 @@
-"""Durability over real sockets (SPEC §5): what survives a restart and what does not.
+"""Durability over real sockets: what survives a restart and what does not.
 
 The embedded broker is stopped and started again on the same data directory; the
 SIGKILL rounds are in test_crash_recovery.py.

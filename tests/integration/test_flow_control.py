@@ -1,4 +1,5 @@
-"""Flow control (SPEC §1): above the memory watermark publishers are blocked, not killed.
+"""Flow control: above the memory watermark publishers are blocked, not killed
+(https://www.rabbitmq.com/memory.html, https://www.rabbitmq.com/connection-blocked.html).
 
 kanin's watermark counts the bytes of queued message bodies (ready or unacked), so a
 small configured watermark makes the alarm deterministic in a test.

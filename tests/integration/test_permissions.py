@@ -1,4 +1,4 @@
-"""Users, vhosts and per-vhost configure/write/read permissions (SPEC §1), as RabbitMQ.
+"""Users, vhosts and per-vhost configure/write/read permissions, as RabbitMQ.
 
 The user store is configured at start (there is no management API yet), so these tests
 are kanin_only; the reply texts were checked against RabbitMQ 3.10 with the same users

@@ -1,4 +1,4 @@
-"""SPEC §3: basic.qos prefetch (per consumer, global, zero, basic.get, ordering with consume).
+"""basic.qos prefetch (per consumer, global, zero, basic.get, ordering with consume).
 
 Expected values were observed against RabbitMQ 3.10 and hard-coded.
 """

@@ -110,6 +110,17 @@ INVALID: list[tuple[str, Args, str]] = [
     ("x-queue-mode", {"x-queue-mode": "weird"}, "\"unsupported queue mode 'weird'\""),
     ("x-queue-mode", {"x-queue-mode": "Lazy"}, "\"unsupported queue mode 'Lazy'\""),
     ("x-queue-mode", {"x-queue-mode": 5}, "{unacceptable_type,signedint}"),
+    ("x-queue-type", {"x-queue-type": "weird"}, "\"unsupported queue type 'weird'\""),
+    ("x-queue-type", {"x-queue-type": "Classic"}, "\"unsupported queue type 'Classic'\""),
+    ("x-queue-type", {"x-queue-type": ""}, "\"unsupported queue type ''\""),
+    ("x-queue-type", {"x-queue-type": 5}, "{unacceptable_type,signedint}"),
+    ("x-queue-type", {"x-queue-type": b"classic"}, "{unacceptable_type,binary}"),
+    # The queue type is checked before the other arguments.
+    (
+        "x-queue-type",
+        {"x-queue-type": "weird", "x-max-length": -1},
+        "\"unsupported queue type 'weird'\"",
+    ),
 ]
 
 
@@ -158,6 +169,7 @@ VALID: list[Args] = [
     {"x-single-active-consumer": False},
     {"x-single-active-consumer": True},
     {"x-some-unknown-argument": 1, "no-x-prefix": "ignored"},
+    {"x-queue-type": "classic"},
 ]
 
 
@@ -242,6 +254,20 @@ REDECLARES: list[tuple[str, Args, Args, str, str]] = [
         "none",
         "the value 'true' of type 'bool'",
     ),
+    (
+        "x-queue-type",
+        {},
+        {"x-queue-type": "quorum"},
+        "the value 'quorum' of type 'longstr'",
+        "none",
+    ),
+    (
+        "x-queue-type",
+        {"x-queue-type": "classic"},
+        {"x-queue-type": "weird"},
+        "'weird'",
+        "'classic'",
+    ),
     # Equivalence is checked before validity: these would be invalid on a first declare.
     ("x-message-ttl", {"x-message-ttl": 100}, {"x-message-ttl": -1}, "'-1'", "'100'"),
     ("x-message-ttl", {"x-message-ttl": 100}, {"x-message-ttl": "100"}, "'100'", "'100'"),
@@ -280,6 +306,35 @@ def test_unknown_arguments_are_not_compared(
     channel.queue_declare(queue, arguments={"x-unknown": 1, "x-max-length": 5})
     channel.queue_declare(queue, arguments={"x-unknown": 2, "x-max-length": 5})
     channel.queue_declare(queue, arguments={"x-max-length": 5})
+
+
+@pytest.mark.parametrize(
+    ("first", "second"), [({"x-queue-type": "classic"}, {}), ({}, {"x-queue-type": "classic"})]
+)
+def test_classic_queue_type_is_the_same_as_none_on_redeclare(
+    conn: BlockingConnection, unique: Unique, doomed: list[str], first: Args, second: Args
+) -> None:
+    queue = unique("classic")
+    doomed.append(queue)
+    channel = conn.channel()
+    channel.queue_declare(queue, arguments=first)
+    assert channel.queue_declare(queue, arguments=second).method.queue == queue
+
+
+@pytest.mark.kanin_only
+@pytest.mark.parametrize("queue_type", ["quorum", "stream"])
+def test_quorum_and_stream_queues_are_refused(
+    conn: BlockingConnection, unique: Unique, queue_type: str
+) -> None:
+    # RabbitMQ 3.10 declares these (durable, not exclusive). kanin implements classic queues
+    # only, and refuses the others rather than give a queue with other guarantees.
+    queue = unique(queue_type)
+    assert refusal(conn, queue, {"x-queue-type": queue_type}, durable=True) == (
+        406,
+        f"PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue '{queue}' in vhost '/': "
+        f"\"queue type '{queue_type}' is not implemented by kanin; 'classic' is\"",
+    )
+    assert not exists(conn, queue)
 
 
 def test_passive_declare_ignores_arguments(

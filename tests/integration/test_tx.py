@@ -1,4 +1,4 @@
-"""Transactions (SPEC §4): tx.select / tx.commit / tx.rollback.
+"""Transactions: tx.select / tx.commit / tx.rollback.
 
 Publishes and acks made inside a transaction take effect at tx.commit only; rollback
 discards them. pika and aio-pika check what clients see, the raw pamqp client

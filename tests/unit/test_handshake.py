@@ -7,6 +7,7 @@ import struct
 import pytest
 from pamqp import commands, encode
 
+from kanin import __version__
 from kanin.amqp.errors import AMQPError
 from kanin.config import BrokerConfig
 from kanin.server import handshake
@@ -95,3 +96,14 @@ def test_tune_frame_max_below_minimum_closes_silently() -> None:
 def test_loopback_detection(host: str, loopback: bool) -> None:
     # guest may only connect from loopback; this is the rule that decides it.
     assert handshake.is_loopback(host) is loopback
+
+
+def test_server_properties_claim_rabbitmq_semantics_and_name_kanin() -> None:
+    properties = handshake.connection_start().server_properties
+    # What clients key RabbitMQ semantics on (kombu: product RabbitMQ, version 3.3 to 4.0).
+    assert (properties["product"], properties["version"]) == ("RabbitMQ", "3.10.8")
+    # kanin deliberately reports RabbitMQ as its product; these say which broker it is.
+    assert properties["kanin_version"] == __version__
+    assert properties["platform"].startswith(f"kanin {__version__} on Python ")
+    assert properties["information"].startswith(f"kanin {__version__}, ")
+    assert properties["cluster_name"].startswith("kanin@")

@@ -219,10 +219,11 @@ class Channel:
 
     def apply_settled(self, records: list[Unacked], requeue: bool | None) -> None:
         """ack (requeue=None), or nack/reject with or without requeue."""
-        self._release(records)
         if requeue:
-            self._requeue(records)
-        elif requeue is None:
+            self._give_back(records)
+            return
+        self._release(records)
+        if requeue is None:
             for record in records:
                 record.queue.forget(record.entry)
         else:
@@ -233,12 +234,21 @@ class Channel:
         """Free the prefetch credit the settled deliveries held, and let queues dispatch."""
         if not records:
             return
+        self.global_unacked -= _consumer_deliveries(records)
+        queues = self._free_consumers(records)
+        self.wake()  # under a global limit, these acks may have made room for the channel
+        for queue in queues:
+            if queue.consumers:
+                queue.schedule_dispatch()
+
+    def _free_consumers(self, records: list[Unacked]) -> list[Queue]:
+        """Give each consumer back the per-consumer prefetch credit its settled deliveries
+        held (the channel-wide count is the caller's); returns the queues concerned."""
         queues: dict[int, Queue] = {}
         for record in records:
             consumer = record.consumer
             if consumer is not None:
                 consumer.unacked -= 1
-                self.global_unacked -= 1
                 queues[id(consumer.queue)] = consumer.queue
                 if consumer.parked and consumer not in self.parked and consumer.has_room():
                     # Parked for its own limit, which it is under now. If the channel
@@ -247,10 +257,7 @@ class Channel:
                         consumer.queue.unpark(consumer)
                     else:
                         self.parked[consumer] = None
-        self.wake()  # under a global limit, these acks may have made room for the channel
-        for queue in queues.values():
-            if queue.consumers:
-                queue.schedule_dispatch()
+        return list(queues.values())
 
     def wake(self) -> None:
         """If the channel can deliver again (acks under its global limit, a new qos, a socket
@@ -273,9 +280,25 @@ class Channel:
             queue.requeue(entries)
 
     def recover(self) -> None:
-        records = self.unacked.take_all()
-        self._release(records)
-        self._requeue(records)
+        """basic.recover requeue=true: every unacked delivery goes back (see _give_back)."""
+        self._give_back(self.unacked.take_all())
+
+    def _give_back(self, records: list[Unacked]) -> None:
+        """Requeue settled deliveries (basic.recover, nack/reject with requeue) as RabbitMQ
+        3.10 does, so redeliveries come in its order: one consumer's deliveries at a time,
+        by queue name then consumer tag (basic.get's first), each group back in its place
+        in the queue and offered to consumers with room before the next group comes back.
+        The consumer whose group it is has its credit back by then; the others still hold
+        theirs, so a recovered consumer tends to get its own messages again. The channel-wide
+        (global) prefetch credit comes back only after every group, as RabbitMQ tells the
+        channel's limiter last. (RabbitMQ's rabbit_channel groups per {queue, consumer tag}
+        and each group is one requeue the queue handles, dispatching, before the next.)"""
+        for queue, group in _groups_in_requeue_order(records):
+            self._free_consumers(group)
+            queue.requeue([record.entry for record in group])
+            queue.dispatch_now()
+        self.global_unacked -= _consumer_deliveries(records)
+        self.wake()
 
     # -- consumers ----------------------------------------------------------------
 
@@ -344,6 +367,24 @@ class Channel:
             )
         )
         self.shutdown()
+
+
+def _consumer_deliveries(records: list[Unacked]) -> int:
+    """How many of these held channel-wide prefetch credit (basic.get's hold none)."""
+    return sum(1 for record in records if record.consumer is not None)
+
+
+def _groups_in_requeue_order(records: list[Unacked]) -> list[tuple[Queue, list[Unacked]]]:
+    """The records by (queue, consumer), in delivery order within a group, the groups ordered
+    as RabbitMQ orders them: queue name, then consumer tag, basic.get's (no tag) first."""
+    groups: dict[tuple[int, str | None], tuple[Queue, list[Unacked]]] = {}
+    for record in records:
+        tag = record.consumer.tag if record.consumer is not None else None
+        groups.setdefault((id(record.queue), tag), (record.queue, []))[1].append(record)
+    return [
+        groups[key]
+        for key in sorted(groups, key=lambda k: (groups[k][0].name, k[1] is not None, k[1] or ""))
+    ]
 
 
 # Imported last: these modules import Channel, and register their handlers with @handles.

@@ -1,6 +1,7 @@
 """The confirm ledger of one channel in confirm mode: publish seq -> outcome.
 
-Rules (SPEC §4, modelled on RabbitMQ's rabbit_confirms and coalesce_and_send):
+Rules (https://www.rabbitmq.com/confirms.html, modelled on RabbitMQ's rabbit_confirms and
+coalesce_and_send):
 - Sequence numbers start at 1 and grow by 1 per basic.publish on the channel.
 - Every seq is confirmed exactly once, by ack or nack.
 - A publish is *pending* while some queue still has to accept it (disk, consumer);

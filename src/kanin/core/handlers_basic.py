@@ -158,9 +158,10 @@ def _settle(channel: Channel, tag: int, multiple: bool, requeue: bool | None) ->
 def basic_recover(channel: Channel, method: Any) -> None:
     if not method.requeue:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "requeue=false")
-    channel.recover()
+    # recover-ok precedes the redeliveries, as RabbitMQ sends it: they are dispatched at once.
     if isinstance(method, commands.Basic.Recover):
         channel.send_method(build(commands.Basic.RecoverOk))
+    channel.recover()
 
 
 @handles(commands.Confirm.Select)

@@ -3,7 +3,8 @@
 RabbitMQ watches the VM's total memory; kanin counts what dominates it and what
 a fast publisher controls: the bodies of messages in queues, ready or unacked.
 The count is exact and deterministic, so the alarm can be tested. When it
-crosses the high watermark, publishing connections are blocked (SPEC §1).
+crosses the high watermark, publishing connections are blocked, as in RabbitMQ
+(https://www.rabbitmq.com/memory.html).
 """
 
 from __future__ import annotations

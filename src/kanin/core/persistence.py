@@ -28,6 +28,7 @@ from kanin.core.auth import Permission, User
 from kanin.core.definitions_saver import DefinitionsSaver
 from kanin.core.exchanges import DefaultExchange, Exchange
 from kanin.core.queue import Queue
+from kanin.core.queue_args import QUEUE_TYPE, QUEUE_TYPES
 from kanin.errors import StartupError
 from kanin.store import definitions
 
@@ -199,7 +200,7 @@ class Persistence:
                 durable=True,
                 exclusive=False,
                 auto_delete=spec["auto_delete"],
-                arguments=spec["arguments"],
+                arguments=_restorable_arguments(spec),
             )
         for spec in document.get("bindings", []):
             vhost = broker.vhosts[spec["vhost"]]
@@ -277,3 +278,22 @@ def _persistable(destination: Queue | Exchange) -> bool:
     if isinstance(destination, Queue):
         return destination.durable and not destination.exclusive and not destination.deleted
     return _user_declared(destination) and destination.durable
+
+
+def _restorable_arguments(spec: dict[str, Any]) -> dict[str, Any]:
+    """A queue's saved arguments, less an x-queue-type kanin refuses (quorum, stream): an
+    earlier kanin accepted those and made a classic queue. The queue and its messages are
+    kept, as a classic queue without the argument, so a client redeclaring it with that
+    type is told the queue is not one (406 inequivalent arg) instead of believing it is."""
+    arguments: dict[str, Any] = spec["arguments"]
+    queue_type = arguments.get(QUEUE_TYPE)
+    if queue_type in (None, "classic") or queue_type not in QUEUE_TYPES:
+        return arguments
+    log.error(
+        "queue %r in vhost %r was saved with x-queue-type %r, which kanin does not implement: "
+        "restored as a classic queue, without that argument",
+        spec["name"],
+        spec["vhost"],
+        queue_type,
+    )
+    return {key: value for key, value in arguments.items() if key != QUEUE_TYPE}

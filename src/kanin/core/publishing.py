@@ -9,6 +9,7 @@ In tx mode the publish is buffered and this path runs at tx.commit instead.
 
 from __future__ import annotations
 
+import base64
 import re
 import secrets
 from typing import TYPE_CHECKING, Any
@@ -113,7 +114,7 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
         if refused:
             channel.confirms.reject(seq)
         elif stored:
-            # Persistent on a durable queue: confirmed only after its fsync (SPEC §4).
+            # Persistent on a durable queue: confirmed once on disk, as RabbitMQ does.
             channel.confirms.hold(seq)
             channel.awaiting_disk.append(seq)
         else:
@@ -151,7 +152,14 @@ def _deliver_reply(channel: Channel, message: Message) -> bool:
 
 
 def new_reply_key() -> str:
-    return secrets.token_urlsafe(24)
+    """The part of a direct reply-to name after `amq.rabbitmq.reply-to.`, in RabbitMQ's shape:
+    two standard-base64 parts joined by a dot. RabbitMQ encodes the requester channel's
+    process id (40 characters) and a 16-byte random key; some clients split the name on its
+    dots. kanin routes a reply by looking the whole suffix up, so both parts are random: the
+    first stands for the channel, the second is the key that makes the name unguessable."""
+    channel_part = base64.b64encode(secrets.token_bytes(30)).decode()
+    key_part = base64.b64encode(secrets.token_bytes(16)).decode()
+    return f"{channel_part}.{key_part}"
 
 
 def is_reply_to_name(name: str, broker: Broker) -> bool:

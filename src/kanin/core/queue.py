@@ -526,6 +526,11 @@ class Queue:
 
     def _dispatch(self) -> None:
         self._dispatch_scheduled = False
+        self.dispatch_now()
+
+    def dispatch_now(self) -> None:
+        """Hand out ready messages in this turn, not the next: requeueing one consumer's
+        deliveries at a time (Channel._give_back) offers each group before the next returns."""
         if self.deleted:
             return
         for _ in range(DISPATCH_BATCH):

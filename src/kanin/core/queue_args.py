@@ -1,5 +1,5 @@
 """Queue arguments (x-message-ttl, x-expires, dead-lettering, length limits,
-x-max-priority, x-single-active-consumer, x-queue-mode): parsed once at declare,
+x-max-priority, x-single-active-consumer, x-queue-mode, x-queue-type): parsed once at declare,
 validated as RabbitMQ 3.10 validates them, and refused with 406 in its words.
 """
 
@@ -14,6 +14,8 @@ from kanin.core.field_values import wire_type_name
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 QUEUE_MODES = ("default", "lazy")
+QUEUE_TYPE = "x-queue-type"
+QUEUE_TYPES = ("classic", "quorum", "stream")  # the types RabbitMQ 3.10 knows
 MAX_PRIORITY = 255
 # RabbitMQ 3.10's bound on x-message-ttl, x-expires and per-message expiration: ten years.
 MAX_TTL_MS = 315_360_000_000
@@ -43,7 +45,7 @@ class QueueArgs:
 
 
 # The arguments RabbitMQ 3.10 validates and compares on redeclare; others are ignored.
-KNOWN_ARGUMENTS = (
+KNOWN_ARGUMENTS: tuple[str, ...] = (
     "x-expires",
     "x-message-ttl",
     "x-dead-letter-exchange",
@@ -100,8 +102,28 @@ class _Checker:
         return value
 
 
+def _check_queue_type(check: _Checker) -> None:
+    """x-queue-type: classic (the default) is what kanin implements. RabbitMQ's other types
+    are refused, never quietly made classic: a client asking for a replicated quorum queue
+    or a stream must not get a queue with other guarantees and other semantics."""
+    queue_type = check.string(QUEUE_TYPE)
+    if queue_type is None or queue_type == "classic":
+        return
+    if queue_type not in QUEUE_TYPES:
+        raise check.fail(QUEUE_TYPE, f"\"unsupported queue type '{queue_type}'\"")
+    raise check.fail(
+        QUEUE_TYPE, f"\"queue type '{queue_type}' is not implemented by kanin; 'classic' is\""
+    )
+
+
+def same_queue_type(old: dict[str, Any], new: dict[str, Any]) -> bool:
+    """On redeclare RabbitMQ 3.10 treats x-queue-type 'classic' and no x-queue-type alike."""
+    return bool(old.get(QUEUE_TYPE, "classic") == "classic" == new.get(QUEUE_TYPE, "classic"))
+
+
 def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> QueueArgs:
     check = _Checker(arguments, queue, vhost)
+    _check_queue_type(check)  # first, as in RabbitMQ: an unknown type hides other errors
     overflow = check.string("x-overflow") or "drop-head"
     if overflow not in OVERFLOW_MODES:
         raise check.fail("x-overflow", "invalid_overflow")

@@ -1,6 +1,6 @@
 """The unacked ledger of one channel: delivery tag -> what was delivered.
 
-Rules (SPEC §3, RabbitMQ's rabbit_channel collect_acks):
+Rules (RabbitMQ's, from rabbit_channel collect_acks; https://www.rabbitmq.com/confirms.html):
 - Tags start at 1 and grow by 1 per delivery on the channel (consume and get alike).
 - settle(tag, multiple=False) removes exactly that tag.
 - settle(tag, multiple=True) removes every outstanding tag <= tag.

@@ -29,7 +29,7 @@ from kanin.core.message import Entry
 from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES
 from kanin.core.permissions import Authorize
 from kanin.core.queue import Queue
-from kanin.core.queue_args import KNOWN_ARGUMENTS, parse_queue_args
+from kanin.core.queue_args import KNOWN_ARGUMENTS, QUEUE_TYPE, parse_queue_args, same_queue_type
 from kanin.core.scheduling import Scheduler
 
 if TYPE_CHECKING:
@@ -319,7 +319,10 @@ class VirtualHost:
             ("durable", durable, existing.durable),
             ("auto_delete", auto_delete, existing.auto_delete),
         )
-        self._check_equivalent_args(existing.arguments, arguments, what, KNOWN_ARGUMENTS)
+        keys = KNOWN_ARGUMENTS
+        if same_queue_type(existing.arguments, arguments):
+            keys = tuple(key for key in keys if key != QUEUE_TYPE)
+        self._check_equivalent_args(existing.arguments, arguments, what, keys)
         existing.touch()
 
     def _dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:

@@ -35,16 +35,38 @@ class SilentClose(Exception):
     """A handshake failure RabbitMQ answers by closing the socket without connection.close."""
 
 
-def connection_start() -> commands.Connection.Start:
-    properties: dict[str, Any] = {
+# The RabbitMQ release whose behaviour kanin reproduces, and reports as its version.
+RABBITMQ_VERSION = "3.10.8"
+
+
+def server_properties() -> dict[str, Any]:
+    """connection.start's server properties. Clients choose RabbitMQ semantics by `product`
+    and `version`: kombu (so Celery) sends basic.qos with global=true only to "RabbitMQ"
+    3.3-3.x, since a per-consumer limit set later does not reach an existing consumer there;
+    to any other product it sends global=false and expects raising the prefetch to work for
+    its running consumer, so a worker holding as many ETA tasks as its prefetch would stop
+    taking tasks. kanin implements basic.qos as RabbitMQ 3.10 does (per-consumer for
+    global=false, see https://www.rabbitmq.com/consumer-prefetch.html) and other clients
+    rely on that, so rather than bend those semantics it says what it is compatible with:
+    product RabbitMQ, version 3.10.8. It stays identifiable: platform, information,
+    cluster_name and kanin_version name kanin."""
+    return {
         "capabilities": CAPABILITIES,
         "cluster_name": f"kanin@{platform.node()}",
-        "product": "kanin",
-        "version": __version__,
-        "platform": f"Python {platform.python_version()}",
+        "product": "RabbitMQ",
+        "version": RABBITMQ_VERSION,
+        "platform": f"kanin {__version__} on Python {platform.python_version()}",
         "copyright": "The kanin authors",
-        "information": "Licensed under the Apache License 2.0",
+        "information": (
+            f"kanin {__version__}, an AMQP 0-9-1 broker that behaves as RabbitMQ "
+            f"{RABBITMQ_VERSION}. Licensed under the Apache License 2.0"
+        ),
+        "kanin_version": __version__,
     }
+
+
+def connection_start() -> commands.Connection.Start:
+    properties = server_properties()
     return build(
         commands.Connection.Start,
         version_major=0,
