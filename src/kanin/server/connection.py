@@ -336,11 +336,12 @@ class AMQPConnection(asyncio.Protocol):
         needed = 8 - len(self._header)
         self._header += data[:needed]
         rest = data[needed:]
+        accepted = C.ACCEPTED_PROTOCOL_HEADERS
         if len(self._header) < 8:
-            if not C.PROTOCOL_HEADER.startswith(self._header):
+            if not any(header.startswith(self._header) for header in accepted):
                 self._refuse_header()
             return b""
-        if self._header != C.PROTOCOL_HEADER:
+        if self._header not in accepted:
             self._refuse_header()
             return b""
         self.state = State.START_OK
