@@ -148,6 +148,11 @@ class Channel:
             store = self.port.broker.store
             assert store is not None
             store.after_commit(lambda ok: self._on_disk(seqs, ok))
+        self.send_confirms()
+
+    def send_confirms(self) -> None:
+        """Send the acks and nacks resolved so far, coalesced (see ConfirmLedger.drain)."""
+        assert self.confirms is not None
         nacks, acks = self.confirms.drain()
         for seq in nacks:
             self.send_method(
