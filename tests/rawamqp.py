@@ -286,11 +286,12 @@ class RawClient:
         client_properties: dict[str, Any] | None = None,
         open_connection: bool = True,
         timeout: float = DEFAULT_TIMEOUT,
+        protocol_header: bytes = PROTOCOL_HEADER,
     ) -> commands.Connection.Tune:
         """Protocol header, start-ok, tune-ok and (unless open_connection=False)
         connection.open / open-ok. None for channel_max/frame_max accepts the
         server's proposal. Returns the server's connection.tune."""
-        self.send_protocol_header()
+        self.send_protocol_header(protocol_header)
         self.start = self.expect(commands.Connection.Start, 0, timeout)
         if mechanism == "AMQPLAIN":
             response = amqplain_response(username, password)

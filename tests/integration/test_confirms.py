@@ -126,6 +126,34 @@ def test_mandatory_unroutable_returns_before_ack_on_the_wire(
     assert_silent(raw)
 
 
+def test_pipelined_mandatory_unroutable_publishes_each_get_return_then_ack(
+    raw: RawClient, unique: Unique
+) -> None:
+    # Clients that read one frame at a time and wait for each publish's outcome (PHP's amqp
+    # extension) rely on RabbitMQ 3.10's order: each returned message's basic.return, its
+    # content frames, then its own basic.ack, before anything about the next publish. No
+    # ack covering several returned publishes at the end.
+    confirm_channel(raw, 1)
+    key = unique("nowhere")
+    bodies = [b"first", b"", b"x" * 300_000, b"last"]  # the big one spans three body frames
+    publishes = []
+    for body in bodies:
+        method = commands.Basic.Publish(routing_key=key, mandatory=True)
+        content = ContentHeader(0, len(body), commands.Basic.Properties())
+        publishes.append(frame.marshal(method, 1) + frame.marshal(content, 1))
+        for start in range(0, len(body), 131_072 - 8):
+            publishes.append(frame.marshal(ContentBody(body[start : start + 131_064]), 1))
+    raw.send_raw(b"".join(publishes))  # one write: the broker reads them together
+    for seq, body in enumerate(bodies, start=1):
+        returned = raw.expect(commands.Basic.Return, 1)
+        assert (returned.reply_code, returned.routing_key) == (312, key)
+        _, chunks = raw.read_content(1)
+        assert b"".join(chunks) == body
+        ack = raw.expect(commands.Basic.Ack, 1)
+        assert (ack.delivery_tag, ack.multiple) == (seq, False)
+    assert_silent(raw)
+
+
 def test_mandatory_unroutable_return_callback_before_ack_in_pika(
     broker: Any, unique: Unique
 ) -> None:

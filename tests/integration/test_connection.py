@@ -66,6 +66,50 @@ def test_wrong_protocol_header_gets_supported_header_and_close(
         assert client.wait_closed(timeout=1)
 
 
+AMQP_0_9_HEADER = b"AMQP\x01\x01\x00\x09"  # what Perl's Net::AMQP sends, among others
+
+
+def test_amqp_0_9_header_is_answered_as_0_9_1(broker: Any) -> None:
+    # RabbitMQ 3.10 (rabbit_reader's handshake) treats the 0-9 header as 0-9-1: the same
+    # connection.start, byte for byte, and 0-9-1 from then on.
+    with raw_client(broker) as plain, raw_client(broker) as older:
+        plain.send_protocol_header()
+        older.send_protocol_header(AMQP_0_9_HEADER)
+        assert older.read_raw_frame() == plain.read_raw_frame()
+
+
+def test_client_sending_the_amqp_0_9_header_works_end_to_end(
+    broker: Any, unique: Callable[[str], str]
+) -> None:
+    with raw_client(broker) as client:
+        client.handshake(protocol_header=AMQP_0_9_HEADER)
+        client.open_channel(1)
+        declare = commands.Queue.Declare(queue=unique("amqp09"), exclusive=True)
+        queue = client.rpc(1, declare, commands.Queue.DeclareOk).queue
+        client.publish(1, b"from a 0-9 client", routing_key=queue)
+        client.rpc(1, commands.Basic.Get(queue=queue, no_ack=True), commands.Basic.GetOk)
+        _, chunks = client.read_content(1)
+        assert b"".join(chunks) == b"from a 0-9 client"
+        client.close_connection()
+
+
+@pytest.mark.kanin_only
+@pytest.mark.parametrize(
+    "amqp_0_8_header",
+    [b"AMQP\x01\x01\x08\x00", b"AMQP\x01\x01\x09\x01"],
+    ids=["amqp-0-8", "amqp-0-8-as-on-the-amqp-site"],
+)
+def test_amqp_0_8_headers_are_refused(broker: Any, amqp_0_8_header: bytes) -> None:
+    # Deliberate difference: RabbitMQ 3.10 answers these two 0-8 headers with a 0-8
+    # connection.start (version 8-0) and speaks AMQP 0-8 from then on, whose methods differ
+    # from 0-9-1's (channel.open-ok, access.request, ...). kanin speaks only 0-9-1, so it
+    # refuses them as it refuses any other protocol: its own header, then close.
+    with raw_client(broker) as client:
+        client.send_raw(amqp_0_8_header)
+        assert client.read_raw(timeout=5) == b"AMQP\x00\x00\x09\x01"
+        assert client.wait_closed(timeout=1)
+
+
 def test_protocol_header_split_across_writes_is_accepted(broker: Any) -> None:
     with raw_client(broker) as client:
         client.send_raw(b"AMQ")

@@ -85,6 +85,55 @@ def test_closing_channel_ignores_methods_until_close_ok(
         client.rpc(1, commands.Queue.Declare(exclusive=True), commands.Queue.DeclareOk)
 
 
+CLIENT_CLOSE = commands.Channel.Close(reply_code=200, reply_text="bye", class_id=0, method_id=0)
+
+
+def cross_channel_closes(client: Any, missing: str) -> None:
+    """Fail channel 1, then close it from the client side before reading the server's close:
+    the two channel.close frames cross on the wire."""
+    client.handshake()
+    client.open_channel(1)
+    client.send_method(1, commands.Queue.Declare(queue=missing, passive=True))
+    client.send_method(1, CLIENT_CLOSE)
+    assert client.expect(commands.Channel.Close, channel=1).reply_code == 404
+    # RabbitMQ 3.10: the client's close is answered with close-ok ...
+    client.expect(commands.Channel.CloseOk, channel=1)
+
+
+def test_crossing_channel_closes_then_close_ok_frees_the_channel(
+    broker: Any, unique: Callable[[str], str]
+) -> None:
+    with raw_client(broker) as client:
+        cross_channel_closes(client, unique("missing"))
+        # ... and the client's close-ok for the server's close is what frees the number.
+        client.send_method(1, commands.Channel.CloseOk())
+        client.open_channel(1)
+        client.rpc(1, commands.Queue.Declare(exclusive=True), commands.Queue.DeclareOk)
+        client.close_connection()
+
+
+def test_crossing_channel_closes_keep_the_channel_until_close_ok(
+    broker: Any, unique: Callable[[str], str]
+) -> None:
+    with raw_client(broker) as client:
+        cross_channel_closes(client, unique("missing"))
+        # Still closing: another close gets another close-ok, other methods are dropped ...
+        client.send_method(1, CLIENT_CLOSE)
+        client.expect(commands.Channel.CloseOk, channel=1)
+        client.send_method(1, commands.Queue.Declare(exclusive=True))
+        with pytest.raises(TimeoutError):
+            client.read_frame(timeout=0.5)
+        # ... and opening it again before close-ok is RabbitMQ 3.10's connection error.
+        client.send_method(1, commands.Channel.Open())
+        close = client.expect_connection_close()
+        assert (close.reply_code, close.reply_text, close.class_id, close.method_id) == (
+            504,
+            "CHANNEL_ERROR - second 'channel.open' seen",
+            20,
+            10,
+        )
+
+
 # -- closing ------------------------------------------------------------------------------------
 
 

@@ -1,6 +1,10 @@
 """Wire constants of AMQP 0-9-1 and the reply codes RabbitMQ uses."""
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+# Headers a connection may open with. RabbitMQ 3.10 also takes AMQP 0-9's header (some
+# 0-9-1 client libraries, Perl's Net::AMQP among them, still send it) and speaks 0-9-1
+# to it; the two 0-8 headers it also takes get AMQP 0-8, which kanin does not speak.
+ACCEPTED_PROTOCOL_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09")
 
 FRAME_METHOD = 1
 FRAME_HEADER = 2

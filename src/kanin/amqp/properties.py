@@ -7,6 +7,10 @@ fields in place and returns the same pamqp Basic.Properties, unvalidated, as pam
 would; field tables still go through pamqp's decoder, which checks them, once their
 nesting is known to be within bounds (tables.py).
 
+The timestamp stays the integer it is on the wire. pamqp makes a datetime of it, which
+fails for values RabbitMQ accepts (2**64 - 1 is past year 9999) and, above 2**32 - 1,
+takes it for milliseconds, so re-encoding would change it.
+
 Publishers mostly send the same properties with every message, so decoded properties
 without per-message fields are cached by their bytes. Cached objects are shared:
 code that changes a message's properties copies them first (dead-lettering), and the
@@ -36,6 +40,7 @@ _FIELDS: tuple[tuple[str, int, int], ...] = tuple(
 )
 _UNSET = {name: getattr(Properties(), name) for name in Properties.__slots__}  # pamqp defaults
 _FLAGS = struct.Struct(">H")
+_TIMESTAMP_VALUE = struct.Struct(">Q")
 
 # Properties publishing rewrites in place, or that differ from message to message.
 _NOT_CACHED = sum(
@@ -95,8 +100,8 @@ def _decode(data: bytes) -> tuple[int, Any]:
         else:
             if offset + 8 > len(data):
                 raise ValueError(f"{name} is truncated")
-            consumed, values[name] = pamqp_decode.timestamp(data[offset : offset + 8])
-            offset += consumed
+            (values[name],) = _TIMESTAMP_VALUE.unpack_from(data, offset)
+            offset += 8
     for name, value in values.items():
         setattr(properties, name, value)
     return flags, properties

@@ -25,6 +25,7 @@ from pamqp import commands
 from pamqp import encode as pamqp_encode
 
 _BASIC_HEADER = struct.Struct(">HHQ")
+_TIMESTAMP = struct.Struct(">Q")
 BASIC_CLASS_ID = 60
 
 
@@ -131,6 +132,9 @@ def encode_properties(properties: commands.Basic.Properties) -> bytes:
         flags |= properties.flags[name]
         if name == "headers":
             parts.append(encode_table(value))
+        elif name == "timestamp":
+            # An int, as properties.py decodes it: written back exactly, whatever its size.
+            parts.append(_TIMESTAMP.pack(value))
         else:
             parts.append(pamqp_encode.by_type(value, properties.amqp_type(name)))
     return struct.pack(">H", flags) + b"".join(parts)

@@ -7,7 +7,8 @@ Rules of this file:
   they raise AMQPError, which the connection turns into channel.close or
   connection.close. They never write to the socket except through the port.
 - Deliveries go out as soon as a queue dispatches; confirms are coalesced and go
-  out at the end of the event-loop turn (see ConfirmLedger.drain).
+  out at the end of the event-loop turn (see ConfirmLedger.drain), except that a
+  returned publish's goes out right behind its basic.return (publishing.py).
 """
 
 from __future__ import annotations
@@ -148,6 +149,11 @@ class Channel:
             store = self.port.broker.store
             assert store is not None
             store.after_commit(lambda ok: self._on_disk(seqs, ok))
+        self.send_confirms()
+
+    def send_confirms(self) -> None:
+        """Send the acks and nacks resolved so far, coalesced (see ConfirmLedger.drain)."""
+        assert self.confirms is not None
         nacks, acks = self.confirms.drain()
         for seq in nacks:
             self.send_method(

@@ -3,7 +3,7 @@
 The straight path: check the exchange and permission, decode the properties,
 route through the vhost, hand the message to each queue, then record the
 confirm (sent coalesced at the end of the turn). An unroutable mandatory
-message gets basic.return now, so it always precedes its basic.ack.
+message gets basic.return now, followed at once by its basic.ack, as in RabbitMQ.
 In tx mode the publish is buffered and this path runs at tx.commit instead.
 """
 
@@ -100,16 +100,8 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
                 stored = True
         routed = bool(queues)
     if not routed and mandatory:
-        channel.send_content(
-            build(
-                commands.Basic.Return,
-                reply_code=C.NO_ROUTE,
-                reply_text="NO_ROUTE",
-                exchange=message.exchange,
-                routing_key=message.routing_key,
-            ),
-            message,
-        )
+        _return_unroutable(channel, message, seq)
+        return
     if channel.confirms is not None:
         if refused:
             channel.confirms.reject(seq)
@@ -120,6 +112,28 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
         else:
             channel.confirms.confirm(seq)
         channel.port.request_flush(channel)
+
+
+def _return_unroutable(channel: Channel, message: Message, seq: int) -> None:
+    """basic.return 312 NO_ROUTE, and in confirm mode the ack right behind its content.
+
+    RabbitMQ 3.10 confirms an unroutable publish as it handles it, so each return is
+    followed by its own ack before anything about the next publish; clients that wait
+    for one publish's outcome frame by frame (PHP's amqp extension) depend on it.
+    """
+    channel.send_content(
+        build(
+            commands.Basic.Return,
+            reply_code=C.NO_ROUTE,
+            reply_text="NO_ROUTE",
+            exchange=message.exchange,
+            routing_key=message.routing_key,
+        ),
+        message,
+    )
+    if channel.confirms is not None:
+        channel.confirms.confirm(seq)
+        channel.send_confirms()
 
 
 def _claim_reply_to(channel: Channel, properties: commands.Basic.Properties, size: int) -> bytes:

@@ -338,11 +338,12 @@ class AMQPConnection(asyncio.Protocol):
         needed = 8 - len(self._header)
         self._header += data[:needed]
         rest = data[needed:]
+        accepted = C.ACCEPTED_PROTOCOL_HEADERS
         if len(self._header) < 8:
-            if not C.PROTOCOL_HEADER.startswith(self._header):
+            if not any(header.startswith(self._header) for header in accepted):
                 self._refuse_header()
             return b""
-        if self._header != C.PROTOCOL_HEADER:
+        if self._header not in accepted:
             self._refuse_header()
             return b""
         self.state = State.START_OK
@@ -546,11 +547,7 @@ class AMQPConnection(asyncio.Protocol):
                 C.CHANNEL_ERROR, "expected 'channel.open'", *class_and_method(method.index)
             )
         if channel.closing:
-            # We sent channel.close: drop everything until the peer's close or close-ok.
-            if isinstance(method, commands.Channel.Close | commands.Channel.CloseOk):
-                del self.channels[number]
-                if isinstance(method, commands.Channel.Close):
-                    self.send(encode_method(number, build(commands.Channel.CloseOk)))
+            self._on_method_while_closing(number, method)
             return
         channel.assembler.expect_method()  # a method in the middle of a message is 505
         if isinstance(method, commands.Channel.Close):
@@ -564,6 +561,17 @@ class AMQPConnection(asyncio.Protocol):
             channel.handle_method(method)
         except ChannelError as exc:
             channel.fail(exc)
+
+    def _on_method_while_closing(self, number: int, method: Any) -> None:
+        """We sent channel.close: everything but close-ok is dropped, as in RabbitMQ 3.10.
+
+        A channel.close that crossed ours gets close-ok, yet the number stays taken (a
+        channel.open on it is still 504) until the peer's close-ok for our close arrives.
+        """
+        if isinstance(method, commands.Channel.CloseOk):
+            del self.channels[number]
+        elif isinstance(method, commands.Channel.Close):
+            self.send(encode_method(number, build(commands.Channel.CloseOk)))
 
     def _open_channel(self, number: int, channel: Channel | None) -> None:
         if channel is not None:
