@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from kanin import __version__
-from kanin.config import BrokerConfig
+from kanin.config import BrokerConfig, default_memory_high_watermark
 from kanin.server.app import BrokerServer
 
 
@@ -38,6 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=4.0,
         help="MiB of ready message bodies each queue keeps in memory; a durable queue keeps "
         "persistent messages beyond that on disk only (default 4)",
+    )
+    server.add_argument(
+        "--memory-high-watermark-mb",
+        type=float,
+        default=None,
+        help="MiB of memory above which publishers are blocked: messages held, as counted, "
+        "or the process's resident memory (default 40%% of RAM, as RabbitMQ's 0.4)",
     )
     server.add_argument(
         "--stats-file",
@@ -68,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                 heartbeat_s=args.heartbeat,
                 stats_file=args.stats_file,
                 queue_memory_budget_bytes=int(args.queue_memory_mb * 1024 * 1024),
+                memory_high_watermark_bytes=_watermark_bytes(args.memory_high_watermark_mb),
             )
         except ValueError as exc:
             print(f"kanin: {exc}", file=sys.stderr)
@@ -79,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         )
         return run_server(config)
     return 2
+
+
+def _watermark_bytes(megabytes: float | None) -> int:
+    """The watermark given in MiB, else the default: 0.4 of RAM."""
+    if megabytes is None:
+        return default_memory_high_watermark()
+    return int(megabytes * 1024 * 1024)
 
 
 def run_server(config: BrokerConfig) -> int:

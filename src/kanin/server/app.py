@@ -14,6 +14,7 @@ from kanin.core.broker import Broker
 from kanin.core.persistence import Persistence
 from kanin.server.connection import AMQPConnection
 from kanin.server.disk import DiskMonitor
+from kanin.server.rss import RssReader, RssWatch
 from kanin.store.store import FileStore
 
 log = logging.getLogger(__name__)
@@ -27,6 +28,8 @@ class BrokerServer:
         self.persistence: Persistence | None = None
         self._stats_task: asyncio.Task[None] | None = None
         self.disk: DiskMonitor | None = None
+        self.rss: RssReader | None = None
+        self._rss_watch: RssWatch | None = None
         self._servers: list[asyncio.Server] = []
 
     async def start(self) -> list[tuple[str, int]]:
@@ -36,7 +39,10 @@ class BrokerServer:
         data_dir.mkdir(parents=True, exist_ok=True)
         started = loop.time()
         self.store = FileStore(data_dir / "messages", loop)
-        self.broker = broker = Broker(self.config, loop, self.store)
+        if self.config.memory_watch_rss:
+            self.rss = RssReader()
+        read_rss = self.rss.read if self.rss is not None else None
+        self.broker = broker = Broker(self.config, loop, self.store, read_rss)
         self.persistence = persistence = Persistence(broker, data_dir, self.store)
         persistence.restore()
         broker.on_definitions_changed = persistence.definitions_changed
@@ -44,6 +50,14 @@ class BrokerServer:
         log.info("recovered %s in %.2fs", data_dir, loop.time() - started)
         self.disk = DiskMonitor(loop, data_dir, self.config.disk_free_limit_bytes, broker.alarms)
         self.disk.start()
+        if self.rss is not None:
+            self._rss_watch = RssWatch(loop, broker.memory)
+            self._rss_watch.start()
+        log.info(
+            "memory high watermark: %d MiB%s",
+            self.config.memory_high_watermark_bytes // 2**20,
+            " (counted bytes and resident memory)" if self.rss is not None else "",
+        )
         if self.config.stats_file is not None:
             self._stats_task = loop.create_task(self._write_stats(self.config.stats_file))
         server = await loop.create_server(
@@ -72,6 +86,7 @@ class BrokerServer:
             "records_committed": committer.records_committed if committer else 0,
             "connections": len(self.connections),
             "held_message_bytes": self.broker.memory.held_bytes if self.broker else 0,
+            "rss_bytes": self.broker.memory.rss_bytes if self.broker else 0,
         }
 
     async def _write_stats(self, path: Path) -> None:
@@ -87,6 +102,8 @@ class BrokerServer:
             self._stats_task.cancel()
         if self.disk is not None:
             self.disk.stop()
+        if self._rss_watch is not None:
+            self._rss_watch.stop()
         for server in self._servers:
             server.close()  # no new connections
         for connection in list(self.connections):
@@ -106,6 +123,8 @@ class BrokerServer:
             await self.store.close()
         if self.persistence is not None:
             self.persistence.mark_clean_shutdown()
+        if self.rss is not None:
+            self.rss.close()
 
 
 def _address(sock: socket.socket) -> tuple[str, int]:

@@ -117,6 +117,7 @@ class AMQPConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._bytes_in += len(data)
+        self.broker.memory.note_read(len(data))
         if self.state is State.HEADER:
             data = self._read_protocol_header(data)
             if not data:
