@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from kanin.amqp.assembler import AssemblyLimit
     from kanin.core.auth import User
     from kanin.core.broker import Broker
     from kanin.core.channel import Channel
@@ -19,6 +20,7 @@ class ConnectionPort(Protocol):
     frame_max: int
     client_capabilities: dict[str, Any]
     exclusive_queues: set[Queue]  # the connection deletes them when it closes
+    assembly_limit: AssemblyLimit  # shared by its channels' content assemblers
 
     @property
     def writable(self) -> bool:

@@ -7,6 +7,10 @@ Rules of this file:
 - Reads are processed a whole data_received at a time; everything written meanwhile
   is buffered and written once at the end of the event-loop turn, after the channels
   have coalesced their publisher confirms.
+- Reading stops while a resource alarm blocks a publisher, while too much read is not
+  yet parsed, and while the peer does not read what we write (the transport paused our
+  writes, or a turn's output reached WRITE_BUFFER_HIGH): otherwise a peer that sends
+  requests but never reads the answers would grow our write buffers without bound.
 - An AMQPError from the codec or a channel becomes channel.close or connection.close;
   any other exception is a bug: it is logged and the connection closed with 541,
   and no other connection notices.
@@ -22,6 +26,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pamqp import commands
 
 from kanin.amqp import constants as C
+from kanin.amqp.assembler import AssemblyLimit
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
 from kanin.amqp.frames import (
     BodyFrame,
@@ -53,6 +58,11 @@ WRITE_BUFFER_LOW = 1 * 1024 * 1024
 # (about 85 small publishes), and how much it may have read ahead before we stop reading.
 FRAMES_PER_TURN = 256
 BACKLOG_PAUSE_BYTES = 256 * 1024
+# Unfinished message bodies one connection may hold across its channels, in maximum
+# message sizes: one maximal message plus as much again for others interleaved with it.
+# Clients send a message's frames together, so more means a peer holding bodies open;
+# the memory alarm bounds many connections together, as these bytes count towards it.
+ASSEMBLY_LIMIT_MESSAGES = 2
 
 
 class State(enum.Enum):
@@ -88,6 +98,7 @@ class AMQPConnection(asyncio.Protocol):
         self.user: User
         self.vhost: VirtualHost
         self._out: list[bytes] = []
+        self._out_bytes = 0  # bytes in _out
         self._flush_scheduled = False
         self._dirty_channels: dict[int, Channel] = {}
         self._writable = True
@@ -101,6 +112,9 @@ class AMQPConnection(asyncio.Protocol):
         self._reading = True
         self._more_scheduled = False
         self.exclusive_queues: set[Queue] = set()  # deleted when this connection closes
+        self.assembly_limit = AssemblyLimit(
+            ASSEMBLY_LIMIT_MESSAGES * self.config.max_message_size_bytes, self._count_assembly
+        )
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -122,7 +136,8 @@ class AMQPConnection(asyncio.Protocol):
             data = self._read_protocol_header(data)
             if not data:
                 return
-        if self._more_scheduled:  # a backlog is already being worked through, turn by turn
+        if self._more_scheduled or not self._writable:
+            # A backlog is being worked through turn by turn, or waits for resume_writing.
             self.reader.append(data)
             self._backlogged = self.reader.buffered > BACKLOG_PAUSE_BYTES
             self._update_reading()
@@ -145,6 +160,8 @@ class AMQPConnection(asyncio.Protocol):
                 self._on_frame(frame)
                 if self.closed:
                     return
+                if not self.writable:
+                    break  # the rest waits until what we wrote has gone out
             alarms = self.broker.alarms
             if self.is_publisher and alarms.blocked and not self.blocked:
                 self.on_alarm(True, alarms.reason)
@@ -166,19 +183,29 @@ class AMQPConnection(asyncio.Protocol):
             log.exception("internal error on connection from %s", self.peer)
             self.fail(ConnectionError_(C.INTERNAL_ERROR, "internal error"))
             return
-        self._soon.run_pending()
-        backlog = self.reader.buffered
-        if backlog >= C.FRAME_HEADER_SIZE and not self._more_scheduled:
-            self._more_scheduled = True
-            self.loop.call_soon(self._read_frames)
-        self._backlogged = backlog > BACKLOG_PAUSE_BYTES
+        self._soon.run_pending()  # this writes what the frames produced
+        self._continue_backlog()
+        self._backlogged = self.reader.buffered > BACKLOG_PAUSE_BYTES
         self._update_reading()
 
+    def _continue_backlog(self) -> None:
+        """Work through frames still buffered on the next turn; while our writes are
+        paused, resume_writing does that instead."""
+        if (
+            self.reader.buffered >= C.FRAME_HEADER_SIZE
+            and not self._more_scheduled
+            and self._writable
+            and not self.closed
+        ):
+            self._more_scheduled = True
+            self.loop.call_soon(self._read_frames)
+
     def _update_reading(self) -> None:
-        """Read the socket unless an alarm blocks us or a backlog is still unparsed."""
+        """Read the socket unless an alarm blocks us, a backlog is still unparsed, or the
+        peer is not reading what we write."""
         if self.transport is None or self.state is State.CLOSED:
             return
-        want = not (self.blocked or self._backlogged)
+        want = not (self.blocked or self._backlogged or not self._writable)
         if want != self._reading:
             self._reading = want
             if want:
@@ -197,6 +224,7 @@ class AMQPConnection(asyncio.Protocol):
             channel.shutdown()
         self.channels.clear()
         self._out.clear()
+        self._out_bytes = 0
         for queue in list(self.exclusive_queues):
             if not queue.deleted:
                 self.vhost.remove_queue(queue)
@@ -220,12 +248,26 @@ class AMQPConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._writable = False
+        self._update_reading()
 
     def resume_writing(self) -> None:
         self._writable = True
+        self._update_reading()
+        self._continue_backlog()
+        self._kick_consumers()
+
+    def _kick_consumers(self) -> None:
+        """Deliveries stopped while we could not write: let the queues dispatch again."""
         for channel in self.channels.values():
             for consumer in channel.consumers.values():
                 consumer.queue.schedule_dispatch()
+
+    def _count_assembly(self, delta: int) -> None:
+        """Unfinished message bodies count towards the memory alarm like queued ones."""
+        if delta > 0:
+            self.broker.memory.add(delta)
+        else:
+            self.broker.memory.release(-delta)
 
     # -- ConnectionPort ---------------------------------------------------------------
 
@@ -235,12 +277,16 @@ class AMQPConnection(asyncio.Protocol):
 
     @property
     def writable(self) -> bool:
-        return self._writable
+        """Deliveries may go out: the transport is not paused, and this turn's output is
+        still below its high-water mark (one dispatch could otherwise queue hundreds of
+        large messages before the transport has a say)."""
+        return self._writable and self._out_bytes < WRITE_BUFFER_HIGH
 
     def send(self, data: bytes) -> None:
         if self.state is State.CLOSED:
             return
         self._out.append(data)
+        self._out_bytes += len(data)
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._soon.call_soon(self._flush)
@@ -249,6 +295,7 @@ class AMQPConnection(asyncio.Protocol):
         if self.state is State.CLOSED:
             return
         self._out.extend(parts)
+        self._out_bytes += sum(map(len, parts))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._soon.call_soon(self._flush)
@@ -268,8 +315,14 @@ class AMQPConnection(asyncio.Protocol):
         if self._out and self.transport is not None and self.state is not State.CLOSED:
             data = b"".join(self._out)
             self._out.clear()
+            was_full = self._out_bytes >= WRITE_BUFFER_HIGH
+            self._out_bytes = 0
             self._bytes_out += len(data)
             self.transport.write(data)
+            if was_full and self._writable:
+                # Deliveries stopped at the turn's limit and the transport took it all:
+                # they go on next turn (not this one, so other connections get theirs).
+                self.loop.call_soon(self._kick_consumers)
 
     # -- handshake -----------------------------------------------------------------------
 
@@ -360,7 +413,7 @@ class AMQPConnection(asyncio.Protocol):
             self._heartbeat = Heartbeat(
                 self.loop,
                 self.heartbeat_s,
-                lambda: (self._bytes_in, self._bytes_out + sum(map(len, self._out))),
+                lambda: (self._bytes_in, self._bytes_out + self._out_bytes),
                 lambda: self.send(encode_heartbeat()),
                 self._dead_peer,
             )
