@@ -1,7 +1,9 @@
 """Flow control (SPEC §1): above the memory watermark publishers are blocked, not killed.
 
-kanin's watermark counts the bytes of queued message bodies (ready or unacked), so a
-small configured watermark makes the alarm deterministic in a test.
+kanin's watermark counts what queued messages cost (ready or unacked: body, header and a
+fixed overhead each) and unfinished bodies; an embedded broker goes by that count alone (a
+real one watches its resident memory too), so a small watermark makes the alarm
+deterministic in a test.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from collections.abc import Callable
 
 import pika
 import pytest
+from pamqp import body, commands, frame, header
 
-from helpers import BrokerFactory
+from helpers import BrokerFactory, raw_client
 
 pytestmark = pytest.mark.kanin_only
 
@@ -152,3 +155,37 @@ def test_disk_alarm_blocks_publishers_with_its_reason(
         assert consumer_channel.queue_declare(queue, passive=True).method.message_count == 0
         consumer.close()
         publisher.close()
+
+
+def test_unfinished_bodies_past_the_connection_bound_close_it(
+    broker_factory: BrokerFactory, unique: Callable[[str], str]
+) -> None:
+    """The channels of one connection may hold twice the max message size of unfinished
+    bodies together; past that the connection is closed with 506 RESOURCE_ERROR."""
+    queue = unique("unfinished")
+    with broker_factory(max_message_size_bytes=64 * 1024) as broker:
+        client = raw_client(broker)
+        client.handshake()
+        announced = 60 * 1024
+        for number in (1, 2, 3):
+            client.open_channel(number)
+            client.send_frame(number, commands.Basic.Publish(routing_key=queue))
+            client.send_frame(
+                number, header.ContentHeader(0, announced, commands.Basic.Properties())
+            )
+        part = b"x" * (50 * 1024)
+        # 100 KB unfinished on channels 1 and 2: within the 128 KB bound.
+        client.send_raw(frame.marshal(body.ContentBody(part), 1))
+        client.send_raw(frame.marshal(body.ContentBody(part), 2))
+        client.open_channel(4)  # the broker has read them, and still answers
+        client.send_raw(frame.marshal(body.ContentBody(part), 3))  # 150 KB: past it
+        close = client.expect_connection_close()
+        assert close.reply_code == 506
+        assert close.reply_text == (
+            "RESOURCE_ERROR - unfinished messages on this connection would hold 153600 bytes, "
+            "more than the limit of 131072"
+        )
+        assert client.wait_closed()
+        client.close()
+        memory = broker.server.broker.memory
+        assert broker.call(lambda: memory.held_bytes) == 0  # their bytes were given back
