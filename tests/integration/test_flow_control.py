@@ -189,3 +189,33 @@ def test_unfinished_bodies_past_the_connection_bound_close_it(
         client.close()
         memory = broker.server.broker.memory
         assert broker.call(lambda: memory.held_bytes) == 0  # their bytes were given back
+
+
+def test_a_blocked_publisher_is_not_dropped_for_heartbeats_it_cannot_send(
+    broker_factory: BrokerFactory, unique: Callable[[str], str]
+) -> None:
+    """While blocked its socket is not read, so its heartbeats go unseen: that is not a
+    dead peer (RabbitMQ pauses its heartbeat monitor for blocked connections)."""
+    queue = unique("heartbeat")
+    with broker_factory(memory_high_watermark_bytes=WATERMARK) as broker:
+        client = raw_client(broker)
+        client.handshake(
+            heartbeat=1,
+            client_properties={"capabilities": {"connection.blocked": True}},
+        )
+        client.open_channel(1)
+        client.rpc(1, commands.Queue.Declare(queue=queue), commands.Queue.DeclareOk)
+        for _ in range(70):
+            client.publish(1, BODY, routing_key=queue)
+        client.expect(commands.Connection.Blocked, 0)
+        # Three heartbeat intervals: a peer silent for two is dead, were it being read.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            client.send_heartbeat()
+            time.sleep(0.2)
+        drain = pika.BlockingConnection(params(broker.port))
+        drain.channel().queue_purge(queue)
+        drain.close()
+        client.expect(commands.Connection.Unblocked, 0)
+        client.rpc(1, commands.Queue.Declare(queue=queue, passive=True), commands.Queue.DeclareOk)
+        client.close()

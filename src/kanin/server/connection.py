@@ -111,6 +111,7 @@ class AMQPConnection(asyncio.Protocol):
         self._backlogged = False  # reading paused: too much read but not yet parsed
         self._reading = True
         self._more_scheduled = False
+        self._unread_ticks = 0  # see _heartbeat_counters
         self.exclusive_queues: set[Queue] = set()  # deleted when this connection closes
         self.assembly_limit = AssemblyLimit(
             ASSEMBLY_LIMIT_MESSAGES * self.config.max_message_size_bytes, self._count_assembly
@@ -413,7 +414,7 @@ class AMQPConnection(asyncio.Protocol):
             self._heartbeat = Heartbeat(
                 self.loop,
                 self.heartbeat_s,
-                lambda: (self._bytes_in, self._bytes_out + self._out_bytes),
+                self._heartbeat_counters,
                 lambda: self.send(encode_heartbeat()),
                 self._dead_peer,
             )
@@ -435,6 +436,16 @@ class AMQPConnection(asyncio.Protocol):
         self.send(encode_method(0, build(commands.Connection.OpenOk)))
 
     # -- heartbeats ----------------------------------------------------------------------
+
+    def _heartbeat_counters(self) -> tuple[int, int]:
+        """Bytes in and out so far, for the heartbeat. While we do not read the socket
+        (an alarm blocks the peer, or it does not read what we write), its heartbeats wait
+        unread: its silence is ours, so it counts as heard, as RabbitMQ pauses its
+        heartbeat monitor for a blocked connection. A peer that has gone is still found
+        out when a heartbeat we write to it fails."""
+        if not self._reading:
+            self._unread_ticks += 1
+        return self._bytes_in + self._unread_ticks, self._bytes_out + self._out_bytes
 
     def _dead_peer(self) -> None:
         log.warning("missed heartbeats from %s, timeout: %ss; closing", self.peer, self.heartbeat_s)
