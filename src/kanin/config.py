@@ -2,8 +2,30 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# RabbitMQ's default vm_memory_high_watermark: 0.4 of the machine's memory.
+MEMORY_HIGH_WATERMARK_FRACTION = 0.4
+# Where the machine's memory cannot be read.
+FALLBACK_MEMORY_HIGH_WATERMARK_BYTES = 2 * 1024**3
+
+
+def physical_memory_bytes() -> int | None:
+    """The machine's RAM (sysconf, as /proc/meminfo's MemTotal), or None where unknown."""
+    try:
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return pages * page_size if pages > 0 and page_size > 0 else None
+
+
+def default_memory_high_watermark() -> int:
+    ram = physical_memory_bytes()
+    if ram is None:
+        return FALLBACK_MEMORY_HIGH_WATERMARK_BYTES
+    return int(ram * MEMORY_HIGH_WATERMARK_FRACTION)
 
 
 @dataclass(frozen=True)
@@ -51,9 +73,14 @@ class BrokerConfig:
     # Further vhosts created at start.
     vhosts: tuple[str, ...] = ()
 
-    # Flow control: above this many bytes of message bodies held in memory, publishers are
-    # blocked (bodies a deep queue keeps only on disk do not count).
-    memory_high_watermark_bytes: int = 2 * 1024**3
+    # Flow control (RabbitMQ's vm_memory_high_watermark, default 0.4 of RAM): publishers
+    # are blocked while the messages held in memory, as counted (core/memory.py), or the
+    # process's resident memory are above this. Messages a deep queue keeps only on disk
+    # do not count.
+    memory_high_watermark_bytes: int = field(default_factory=default_memory_high_watermark)
+    # Compare the process's resident memory with the watermark too. An embedded broker
+    # (kanin.testing) shares its process with the tests, so it turns this off.
+    memory_watch_rss: bool = True
     # Each queue keeps up to this many bytes of ready message bodies in memory; beyond it a
     # durable queue keeps persistent messages on disk only and reads them back in batches
     # (x-queue-mode=lazy makes it 0 for one queue).
@@ -88,6 +115,10 @@ class BrokerConfig:
             raise ValueError(f"heartbeat_s must be >= 0, got {self.heartbeat_s}")
         if not 0 < self.segment_bytes <= 1 << 31:
             raise ValueError(f"segment_bytes must be 1..2 GiB, got {self.segment_bytes}")
+        if self.memory_high_watermark_bytes <= 0:
+            raise ValueError(
+                f"memory_high_watermark_bytes must be > 0, got {self.memory_high_watermark_bytes}"
+            )
         if self.queue_memory_budget_bytes < 0:
             raise ValueError(
                 f"queue_memory_budget_bytes must be >= 0, got {self.queue_memory_budget_bytes}"

@@ -1,8 +1,10 @@
 """Flow control: above the memory watermark publishers are blocked, not killed
 (https://www.rabbitmq.com/memory.html, https://www.rabbitmq.com/connection-blocked.html).
 
-kanin's watermark counts the bytes of queued message bodies (ready or unacked), so a
-small configured watermark makes the alarm deterministic in a test.
+kanin's watermark counts what queued messages cost (ready or unacked: body, header and a
+fixed overhead each) and unfinished bodies; an embedded broker goes by that count alone (a
+real one watches its resident memory too), so a small watermark makes the alarm
+deterministic in a test.
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from collections.abc import Callable
 
 import pika
 import pytest
+from pamqp import body, commands, frame, header
 
-from helpers import BrokerFactory
+from helpers import BrokerFactory, raw_client
 
 pytestmark = pytest.mark.kanin_only
 
@@ -153,3 +156,67 @@ def test_disk_alarm_blocks_publishers_with_its_reason(
         assert consumer_channel.queue_declare(queue, passive=True).method.message_count == 0
         consumer.close()
         publisher.close()
+
+
+def test_unfinished_bodies_past_the_connection_bound_close_it(
+    broker_factory: BrokerFactory, unique: Callable[[str], str]
+) -> None:
+    """The channels of one connection may hold twice the max message size of unfinished
+    bodies together; past that the connection is closed with 506 RESOURCE_ERROR."""
+    queue = unique("unfinished")
+    with broker_factory(max_message_size_bytes=64 * 1024) as broker:
+        client = raw_client(broker)
+        client.handshake()
+        announced = 60 * 1024
+        for number in (1, 2, 3):
+            client.open_channel(number)
+            client.send_frame(number, commands.Basic.Publish(routing_key=queue))
+            client.send_frame(
+                number, header.ContentHeader(0, announced, commands.Basic.Properties())
+            )
+        part = b"x" * (50 * 1024)
+        # 100 KB unfinished on channels 1 and 2: within the 128 KB bound.
+        client.send_raw(frame.marshal(body.ContentBody(part), 1))
+        client.send_raw(frame.marshal(body.ContentBody(part), 2))
+        client.open_channel(4)  # the broker has read them, and still answers
+        client.send_raw(frame.marshal(body.ContentBody(part), 3))  # 150 KB: past it
+        close = client.expect_connection_close()
+        assert close.reply_code == 506
+        assert close.reply_text == (
+            "RESOURCE_ERROR - unfinished messages on this connection would hold 153600 bytes, "
+            "more than the limit of 131072"
+        )
+        assert client.wait_closed()
+        client.close()
+        memory = broker.server.broker.memory
+        assert broker.call(lambda: memory.held_bytes) == 0  # their bytes were given back
+
+
+def test_a_blocked_publisher_is_not_dropped_for_heartbeats_it_cannot_send(
+    broker_factory: BrokerFactory, unique: Callable[[str], str]
+) -> None:
+    """While blocked its socket is not read, so its heartbeats go unseen: that is not a
+    dead peer (RabbitMQ pauses its heartbeat monitor for blocked connections)."""
+    queue = unique("heartbeat")
+    with broker_factory(memory_high_watermark_bytes=WATERMARK) as broker:
+        client = raw_client(broker)
+        client.handshake(
+            heartbeat=1,
+            client_properties={"capabilities": {"connection.blocked": True}},
+        )
+        client.open_channel(1)
+        client.rpc(1, commands.Queue.Declare(queue=queue), commands.Queue.DeclareOk)
+        for _ in range(70):
+            client.publish(1, BODY, routing_key=queue)
+        client.expect(commands.Connection.Blocked, 0)
+        # Three heartbeat intervals: a peer silent for two is dead, were it being read.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            client.send_heartbeat()
+            time.sleep(0.2)
+        drain = pika.BlockingConnection(params(broker.port))
+        drain.channel().queue_purge(queue)
+        drain.close()
+        client.expect(commands.Connection.Unblocked, 0)
+        client.rpc(1, commands.Queue.Declare(queue=queue, passive=True), commands.Queue.DeclareOk)
+        client.close()

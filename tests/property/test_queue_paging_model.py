@@ -20,7 +20,7 @@ from pamqp import commands
 
 from kanin.amqp.tables import encode_header
 from kanin.core.memory import MemoryMonitor
-from kanin.core.message import Entry, Message
+from kanin.core.message import PAGED_OUT_BYTES, Entry, Message, entry_cost
 from kanin.core.queue import Queue
 from kanin.core.queue_args import parse_queue_args
 from kanin.store.store import MemoryStore
@@ -140,7 +140,8 @@ class QueueMachine(RuleBasedStateMachine):
         self.unacked.clear()
         survivors.sort(key=lambda item: item[1])  # store ids follow publish order
         self.queue.restore(self.store.recover().get(KEY, []))
-        assert self.queue.paged_out == len(survivors) and self.memory.held_bytes == 0
+        assert self.queue.paged_out == len(survivors)
+        assert self.memory.held_bytes == len(survivors) * PAGED_OUT_BYTES  # their entries
         # Sequence numbers are given again, in the old order.
         self.ready = sorted(
             ((self.order(sent, index + 1), sent) for index, (sent, _) in enumerate(survivors)),
@@ -158,8 +159,10 @@ class QueueMachine(RuleBasedStateMachine):
         assert queue.paged_out == len(in_ready) - len(loaded)
         assert queue.loaded_bytes == sum(e.size for e in loaded)
         assert queue.ready_bytes == sum(e.size for e in in_ready)
-        unacked_bytes = sum(entry.size for entry, _, _ in self.unacked)
-        assert self.memory.held_bytes == queue.loaded_bytes + unacked_bytes
+        # The memory count is what every entry costs as it is now, ready or unacked.
+        held = in_ready + [entry for entry, _, _ in self.unacked]
+        assert all(entry.cost == entry_cost(entry) for entry in held)
+        assert self.memory.held_bytes == sum(entry.cost for entry in held)
         # Persistent messages in memory beyond the budget only come from a page-in batch.
         if queue.paged_out:
             assert all(e.stored_id for e in in_ready if e.message is None)

@@ -14,7 +14,14 @@ from pamqp import commands
 
 from kanin.amqp.tables import encode_header
 from kanin.core.memory import MemoryMonitor
-from kanin.core.message import Entry, Message
+from kanin.core.message import (
+    PAGED_OUT_BYTES,
+    STORED_OVERHEAD_BYTES,
+    Entry,
+    Message,
+    entry_cost,
+    message_cost,
+)
 from kanin.core.paging import (
     DEAD_LETTER_BATCH,
     PAGE_IN_BYTES_MIN,
@@ -27,6 +34,11 @@ from kanin.store.store import Content, MemoryStore, Recovered
 from kanin.testing.clock import FakeScheduler
 
 BODY_BYTES = 1000
+
+
+def held_cost() -> int:
+    """What the memory alarm counts for one of these persistent messages held in memory."""
+    return message_cost(message(body(0))) + STORED_OVERHEAD_BYTES
 
 
 class CountingStore(MemoryStore):
@@ -114,6 +126,7 @@ class Setup:
         assert queue.paged_out == len(in_ready) - len(loaded)
         assert queue.loaded_bytes == sum(e.size for e in loaded)
         assert queue.ready_bytes == sum(e.size for e in in_ready)
+        assert all(e.cost == entry_cost(e) for e in in_ready)  # counted as they are now
 
 
 def test_past_the_budget_persistent_messages_are_paged_out() -> None:
@@ -124,7 +137,9 @@ def test_past_the_budget_persistent_messages_are_paged_out() -> None:
     assert queue.message_count == 100
     assert queue.loaded_bytes == 10 * BODY_BYTES
     assert queue.paged_out == 90
-    assert setup.memory.held_bytes == 10 * BODY_BYTES  # what is held in memory, no more
+    # What is held in memory, no more, each at its cost (body, header, overhead), and
+    # what the paged-out ones keep in memory.
+    assert setup.memory.held_bytes == 10 * held_cost() + 90 * PAGED_OUT_BYTES
     assert queue.ready_bytes == 100 * BODY_BYTES  # x-max-length-bytes still sees them all
     setup.check_accounting()
     assert setup.store.reads == []
@@ -146,8 +161,10 @@ def test_a_deep_queue_delivers_every_message_in_order_reading_in_batches() -> No
     batch = PAGE_IN_BYTES_MIN // BODY_BYTES
     assert len(setup.store.reads) <= 990 // batch + 1
     assert setup.store.ids_read == 990
-    # ...and memory stays within the budget plus one batch.
-    assert held_max <= 10 * BODY_BYTES + PAGE_IN_BYTES_MIN + BODY_BYTES
+    # ...and memory stays within the budget plus one batch (the budget counts bodies).
+    per_body_byte = held_cost() / BODY_BYTES
+    in_memory = (10 * BODY_BYTES + PAGE_IN_BYTES_MIN + BODY_BYTES) * per_body_byte
+    assert held_max <= in_memory + 1000 * PAGED_OUT_BYTES
     assert setup.memory.held_bytes == 0
     assert setup.queue.paged_out == setup.queue.loaded_bytes == 0
 
@@ -201,7 +218,7 @@ def test_lazy_mode_pages_out_everything_persistent() -> None:
         setup.queue.publish(message(body(i)))
     assert setup.queue.memory_budget_bytes == 0
     assert setup.queue.paged_out == 10
-    assert setup.memory.held_bytes == 0
+    assert setup.memory.held_bytes == 10 * PAGED_OUT_BYTES  # the entries, not the messages
     assert setup.take_all() == [body(i) for i in range(10)]
 
 
@@ -289,7 +306,7 @@ def test_restored_messages_start_paged_out_and_come_back_intact() -> None:
     fresh.restore(recovered)
     setup.queue = fresh
     assert fresh.message_count == 20 and fresh.paged_out == 20
-    assert setup.memory.held_bytes == 0
+    assert setup.memory.held_bytes == 20 * PAGED_OUT_BYTES  # no message is in memory
     setup.check_accounting()
     assert setup.take_all() == [body(i) for i in range(20)]
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from kanin import __version__
-from kanin.config import BrokerConfig
+from kanin.config import BrokerConfig, default_memory_high_watermark
 from kanin.errors import StartupError
 from kanin.server.app import BrokerServer
 
@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=64.0,
         help="MiB after which the message log starts a new segment file (default 64)",
+    )
+    server.add_argument(
+        "--memory-high-watermark-mb",
+        type=float,
+        default=None,
+        help="MiB of memory above which publishers are blocked: messages held, as counted, "
+        "or the process's resident memory (default 40%% of RAM, as RabbitMQ's 0.4)",
     )
     server.add_argument(
         "--stats-file",
@@ -107,6 +114,11 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
         raise StartupError(f"--heartbeat must be 0..65535 seconds, got {args.heartbeat}")
     if not (math.isfinite(args.queue_memory_mb) and args.queue_memory_mb >= 0):
         raise StartupError(f"--queue-memory-mb must be a number >= 0, got {args.queue_memory_mb}")
+    if not (math.isfinite(args.segment_mb) and 0 < args.segment_mb <= 2048):
+        raise StartupError(f"--segment-mb must be a number in (0, 2048], got {args.segment_mb}")
+    watermark = args.memory_high_watermark_mb
+    if watermark is not None and not (math.isfinite(watermark) and watermark > 0):
+        raise StartupError(f"--memory-high-watermark-mb must be a number > 0, got {watermark}")
     if args.bind is not None:
         _check_bind(args.bind)
     if args.stats_file is not None:
@@ -120,6 +132,7 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
         queue_memory_budget_bytes=int(args.queue_memory_mb * 1024 * 1024),
         segment_bytes=int(args.segment_mb * 1024 * 1024),
         force_recovery=args.force_recovery,
+        memory_high_watermark_bytes=_watermark_bytes(args.memory_high_watermark_mb),
     )
 
 
@@ -148,6 +161,13 @@ def _check_stats_file(path: Path) -> None:
         ) from None
     if not existed:
         temporary.unlink(missing_ok=True)
+
+
+def _watermark_bytes(megabytes: float | None) -> int:
+    """The watermark given in MiB, else the default: 0.4 of RAM."""
+    if megabytes is None:
+        return default_memory_high_watermark()
+    return int(megabytes * 1024 * 1024)
 
 
 def run_server(config: BrokerConfig) -> int:

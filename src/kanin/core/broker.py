@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kanin.config import BrokerConfig, PermissionSpec
 from kanin.core.alarms import Alarms
 from kanin.core.auth import Permission, UserStore
-from kanin.core.memory import MemoryMonitor
+from kanin.core.memory import MemoryMonitor, RssReader
 from kanin.core.queue import Queue
 from kanin.core.scheduling import Scheduler, Soon
 from kanin.core.vhost import VirtualHost
@@ -34,7 +34,11 @@ class DefinitionsSink(Protocol):
 
 class Broker:
     def __init__(
-        self, config: BrokerConfig, scheduler: Scheduler, store: MessageStore | None = None
+        self,
+        config: BrokerConfig,
+        scheduler: Scheduler,
+        store: MessageStore | None = None,
+        read_rss: RssReader | None = None,
     ) -> None:
         self.config = config
         # Queue dispatches and connection writes go through Soon, so a connection can run
@@ -47,7 +51,7 @@ class Broker:
         self.users = UserStore()
         self.alarms = Alarms()
         self.alarms.on_change = self._on_alarm_change
-        self.memory = MemoryMonitor(config.memory_high_watermark_bytes)
+        self.memory = MemoryMonitor(config.memory_high_watermark_bytes, read_rss)
         self.memory.on_alarm_change = lambda raised: self.alarms.set("memory", raised)
         # Open AMQP connections (the server layer adds and removes them).
         self.connections: set[Any] = set()

@@ -62,7 +62,9 @@ class Channel:
         self.port = port
         self.vhost = port.vhost
         self.closing = False
-        self.assembler = ContentAssembler(port.broker.config.max_message_size_bytes)
+        self.assembler = ContentAssembler(
+            port.broker.config.max_message_size_bytes, port.assembly_limit
+        )
         self.unacked = UnackedLedger()
         self.consumers: dict[str, Consumer] = {}
         self.consumer_prefetch = 0  # basic.qos global=false: for consumers created later
@@ -339,6 +341,7 @@ class Channel:
     def shutdown(self) -> None:
         """The channel is gone (closed, errored, connection lost): give everything back."""
         self.closing = True
+        self.assembler.abandon()
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()

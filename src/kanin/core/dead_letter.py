@@ -40,6 +40,7 @@ def dead_letter(vhost: VirtualHost, queue: Queue, entries: list[Entry], reason: 
         for target in vhost.route_keys(exchange, message.routing_keys, message.headers):
             if not is_cycle(target.name, deaths, reason):
                 target.publish(message)
+        message.shed_properties()
 
 
 def dead_lettered_message(original: Message, queue: Queue, reason: str) -> Message:

@@ -1,10 +1,22 @@
-"""A published message and its place in one queue."""
+"""A published message and its place in one queue, and what holding it costs."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from kanin.amqp.frames import decode_properties
+
+# What the memory alarm counts for a message besides its body and encoded header, measured
+# with `kanin server` on CPython 3.12 (RSS growth per message, 200,000 to 400,000 empty
+# messages published to one queue, rounded up so the count errs on the safe side):
+# - held in memory: the Message and Entry objects, the header's bytes object, the
+#   exchange and routing-key strings, the queue's deque slot (312 bytes measured);
+MESSAGE_OVERHEAD_BYTES = 320
+# - persisted too: the store's index of the message (a further 143 bytes measured);
+STORED_OVERHEAD_BYTES = 160
+# - paged out (body and header only on disk): the Entry, its slot and the store's index,
+#   what a deep queue keeps in memory per message (416 bytes measured).
+PAGED_OUT_BYTES = 420
 
 
 class Message:
@@ -52,6 +64,12 @@ class Message:
             self._properties = decode_properties(self.header_payload)
         return self._properties
 
+    def shed_properties(self) -> None:
+        """Drop the decoded properties once routing is done: decoded header tables take
+        several times their encoded size, and a queued message only forwards the bytes.
+        The rare later use (dead-lettering, requeue into a priority queue) decodes again."""
+        self._properties = None
+
     @property
     def routing_keys(self) -> tuple[str, ...]:
         return (self.routing_key, *(self.cc_bcc or ()))
@@ -78,16 +96,32 @@ class Entry:
     reads it back before it goes out. What ordering, expiry and counting need stays here.
     """
 
-    __slots__ = ("expires_at", "message", "redelivered", "seq", "size", "stored_id")
+    __slots__ = ("cost", "expires_at", "message", "redelivered", "seq", "size", "stored_id")
 
     def __init__(self, message: Message | None, seq: int, size: int = -1) -> None:
         self.message = message
         self.seq = seq
         self.size = len(message.body) if message is not None else size  # body bytes
         assert self.size >= 0, "a paged-out entry needs its size"
+        # What the memory monitor counts for this entry while a queue holds it (see
+        # entry_cost); 0 when it is not counted (not in a queue yet, or gone).
+        self.cost = 0
         self.redelivered = False
         self.stored_id = 0  # id in the message store, 0 when not persisted
         self.expires_at: float | None = None  # scheduler time after which it is dead
 
     def __lt__(self, other: Entry) -> bool:
         return self.seq < other.seq
+
+
+def message_cost(message: Message) -> int:
+    """What holding `message` in memory costs: body, encoded header (properties, header
+    table) and a fixed overhead. Two len() calls: no object graph is walked."""
+    return len(message.body) + len(message.header_payload) + MESSAGE_OVERHEAD_BYTES
+
+
+def entry_cost(entry: Entry) -> int:
+    """What a queue's entry costs as it is now: its message in memory, or paged out."""
+    if entry.message is None:
+        return PAGED_OUT_BYTES
+    return message_cost(entry.message) + (STORED_OVERHEAD_BYTES if entry.stored_id else 0)

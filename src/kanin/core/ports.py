@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from kanin.amqp.assembler import AssemblyLimit
     from kanin.core.auth import User
     from kanin.core.broker import Broker
     from kanin.core.channel import Channel
@@ -20,6 +21,7 @@ class ConnectionPort(Protocol):
     client_capabilities: dict[str, Any]
     exclusive_queues: set[Queue]  # the connection deletes them when it closes
     name: str  # "client address:port -> our address:port", for log lines
+    assembly_limit: AssemblyLimit  # shared by its channels' content assemblers
 
     @property
     def writable(self) -> bool:

@@ -99,6 +99,7 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
             elif result == STORED:
                 stored = True
         routed = bool(queues)
+    message.shed_properties()  # queues forward the header bytes; see Message
     if not routed and mandatory:
         _return_unroutable(channel, message, seq)
         return

@@ -21,7 +21,10 @@ How this works:
 - x-expires deletes the queue after it has been unused (no consumer, no get, no
   redeclare) for the period; x-max-length(-bytes) with x-overflow bounds it.
 - Messages leaving for good go through `forget` (memory accounting) and, when the
-  queue has a dead-letter exchange, through `on_dead_letter`.
+  queue has a dead-letter exchange, through `on_dead_letter`. The memory monitor counts
+  each entry the queue holds, ready or unacked, at `entry_cost` (in memory: body,
+  encoded header and a fixed overhead; paged out: what its index costs), from `_count`
+  until `forget` or `purge`.
 - Deep queues: ready messages are held in memory up to the queue's memory budget
   (the broker's `queue_memory_budget_bytes`; 0 with x-queue-mode=lazy). Past it, and
   for as long as any message is paged out, a persistent message of a durable queue
@@ -48,7 +51,7 @@ from operator import methodcaller
 from typing import TYPE_CHECKING, Any
 
 from kanin.core.dispatch import DispatchRing
-from kanin.core.message import Entry, Message
+from kanin.core.message import Entry, Message, entry_cost
 from kanin.core.paging import (
     DEAD_LETTER_BATCH,
     DEFAULT_MEMORY_BUDGET_BYTES,
@@ -176,11 +179,11 @@ class Queue:
             # with room, so it never counts against x-max-length nor waits out a TTL of 0.
             consumer = self._pick_consumer()
             if consumer is not None:
-                self._memory.add(size)
+                self._count(entry)
                 consumer.channel.deliver(consumer, entry)
                 return result
         if ttl_ms == 0:
-            self._memory.add(size)
+            self._count(entry)
             self.dead_letter([entry], "expired")
             return result
         self._append(entry, message.priority)
@@ -229,8 +232,8 @@ class Queue:
             entry.message = None
             self.paged_out += 1
         else:
-            self._memory.add(size)
             self.loaded_bytes += size
+        self._count(entry)
         self.ready.append(entry, priority)
         self.ready_bytes += size
 
@@ -247,6 +250,7 @@ class Queue:
                 entry.expires_at = now + (recovered.expires_at_ms - wall_ms) / 1000
             self.ready.append(entry, recovered.priority)
             self.ready_bytes += recovered.body_size
+            self._count(entry)
         self.paged_out += len(messages)
         self._arm_ttl()
 
@@ -352,13 +356,24 @@ class Queue:
         assert self.store is not None, "only a durable queue pages messages out"
         loaded = read_back(self.store, self.store_key, entries, ahead or ())
         for entry in loaded:
-            self._memory.add(entry.size)
+            self._count(entry)
         return loaded
+
+    def _count(self, entry: Entry) -> None:
+        """The entry is new to the queue, or its message was just read back: count what
+        it costs now instead of what it cost before."""
+        cost = entry_cost(entry)
+        change, entry.cost = cost - entry.cost, cost
+        if change >= 0:
+            self._memory.add(change)
+        else:
+            self._memory.release(-change)
 
     def forget(self, entry: Entry) -> None:
         """The message left this queue for good (acked, dropped, delivered without ack)."""
-        if entry.message is not None:
-            self._memory.release(entry.size)
+        if entry.cost:
+            self._memory.release(entry.cost)
+            entry.cost = 0
         if entry.stored_id and self.store is not None:
             self.store.remove(self.store_key, entry.stored_id)
             entry.stored_id = 0
@@ -388,8 +403,8 @@ class Queue:
             for entry in self.ready:
                 if entry.stored_id:
                     self.store.remove(self.store_key, entry.stored_id)
+        self._memory.release(sum(entry.cost for entry in self.ready))
         self.ready.clear()
-        self._memory.release(self.loaded_bytes)
         self.ready_bytes = self.loaded_bytes = self.paged_out = 0
         return count
 

@@ -99,6 +99,7 @@ class PriorityReady:
     def requeue(self, entry: Entry) -> None:
         assert entry.message is not None, "a requeued message was delivered, so it is loaded"
         self._level(entry.message.priority).requeue(entry)
+        entry.message.shed_properties()  # decoded only for that: it stays uncounted
         self._count += 1
 
     def head_fifo(self) -> FifoReady | None:

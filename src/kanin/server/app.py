@@ -18,6 +18,7 @@ from kanin.server.bugs import loop_exception_handler
 from kanin.server.connection import AMQPConnection
 from kanin.server.datadir_lock import DataDirLock
 from kanin.server.disk import DiskMonitor
+from kanin.server.rss import RssReader, RssWatch
 from kanin.store.store import FileStore
 
 log = logging.getLogger(__name__)
@@ -31,6 +32,8 @@ class BrokerServer:
         self.persistence: Persistence | None = None
         self._stats_task: asyncio.Task[None] | None = None
         self.disk: DiskMonitor | None = None
+        self.rss: RssReader | None = None
+        self._rss_watch: RssWatch | None = None
         self._servers: list[asyncio.Server] = []
         self._lock: DataDirLock | None = None
 
@@ -52,7 +55,10 @@ class BrokerServer:
             segment_bytes=self.config.segment_bytes,
             force_recovery=self.config.force_recovery,
         )
-        self.broker = broker = Broker(self.config, loop, self.store)
+        if self.config.memory_watch_rss:
+            self.rss = RssReader()
+        read_rss = self.rss.read if self.rss is not None else None
+        self.broker = broker = Broker(self.config, loop, self.store, read_rss)
         persistence = Persistence(broker, data_dir, self.store)
         persistence.restore()
         # Only now: a broker that failed to restore must not save over what it could not read.
@@ -65,6 +71,14 @@ class BrokerServer:
         self.disk = DiskMonitor(loop, data_dir, self.config.disk_free_limit_bytes, broker.alarms)
         self.disk.start()
         self.store.committer.on_round_end = self.disk.check
+        if self.rss is not None:
+            self._rss_watch = RssWatch(loop, broker.memory)
+            self._rss_watch.start()
+        log.info(
+            "memory high watermark: %d MiB%s",
+            self.config.memory_high_watermark_bytes // 2**20,
+            " (counted bytes and resident memory)" if self.rss is not None else "",
+        )
         if self.config.stats_file is not None:
             self._stats_task = loop.create_task(self._write_stats(self.config.stats_file))
         server = await self._listen(broker)
@@ -106,6 +120,7 @@ class BrokerServer:
             "records_committed": committer.records_committed if committer else 0,
             "connections": len(self.connections),
             "held_message_bytes": self.broker.memory.held_bytes if self.broker else 0,
+            "rss_bytes": self.broker.memory.rss_bytes if self.broker else 0,
         }
 
     async def _write_stats(self, path: Path) -> None:
@@ -121,6 +136,8 @@ class BrokerServer:
             self._stats_task.cancel()
         if self.disk is not None:
             self.disk.stop()
+        if self._rss_watch is not None:
+            self._rss_watch.stop()
         for server in self._servers:
             server.close()  # no new connections
         for connection in list(self.connections):
@@ -140,6 +157,8 @@ class BrokerServer:
             await self.store.close()
         if self.persistence is not None:
             self.persistence.mark_clean_shutdown()
+        if self.rss is not None:
+            self.rss.close()
         if self._lock is not None:
             self._lock.release()
             self._lock = None

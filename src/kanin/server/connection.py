@@ -11,6 +11,10 @@ Rules of this file:
   everything sent after it: each such -ok opens a gate, and what is sent while gates
   are shut is held in the newest one. Gates open in order as saves land; a failed
   save closes the connection with 541 (the change stays, and is saved later).
+- Reading stops while a resource alarm blocks a publisher, while too much read is not
+  yet parsed, and while the peer does not read what we write (the transport paused our
+  writes, or a turn's output reached WRITE_BUFFER_HIGH): otherwise a peer that sends
+  requests but never reads the answers would grow our write buffers without bound.
 - An AMQPError from the codec or a channel becomes channel.close or connection.close;
   any other exception is a bug: it is logged and the connection closed with 541,
   and no other connection notices.
@@ -29,6 +33,7 @@ from typing import TYPE_CHECKING, Any, cast
 from pamqp import commands
 
 from kanin.amqp import constants as C
+from kanin.amqp.assembler import AssemblyLimit
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
 from kanin.amqp.frames import (
     BodyFrame,
@@ -61,6 +66,11 @@ WRITE_BUFFER_LOW = 1 * 1024 * 1024
 # (about 85 small publishes), and how much it may have read ahead before we stop reading.
 FRAMES_PER_TURN = 256
 BACKLOG_PAUSE_BYTES = 256 * 1024
+# Unfinished message bodies one connection may hold across its channels, in maximum
+# message sizes: one maximal message plus as much again for others interleaved with it.
+# Clients send a message's frames together, so more means a peer holding bodies open;
+# the memory alarm bounds many connections together, as these bytes count towards it.
+ASSEMBLY_LIMIT_MESSAGES = 2
 
 
 class State(enum.Enum):
@@ -107,6 +117,8 @@ class AMQPConnection(asyncio.Protocol):
         self.vhost: VirtualHost
         self._out: list[bytes] = []
         self._gates: deque[_Gate] = deque()  # oldest first; see the header
+        self._out_bytes = 0  # bytes in _out
+        self._held_bytes = 0  # bytes held in _gates
         self._flush_scheduled = False
         self._dirty_channels: dict[int, Channel] = {}
         self._writable = True
@@ -119,7 +131,11 @@ class AMQPConnection(asyncio.Protocol):
         self._backlogged = False  # reading paused: too much read but not yet parsed
         self._reading = True
         self._more_scheduled = False
+        self._unread_ticks = 0  # see _heartbeat_counters
         self.exclusive_queues: set[Queue] = set()  # deleted when this connection closes
+        self.assembly_limit = AssemblyLimit(
+            ASSEMBLY_LIMIT_MESSAGES * self.config.max_message_size_bytes, self._count_assembly
+        )
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -139,11 +155,13 @@ class AMQPConnection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self._bytes_in += len(data)
+        self.broker.memory.note_read(len(data))
         if self.state is State.HEADER:
             data = self._read_protocol_header(data)
             if not data:
                 return
-        if self._more_scheduled:  # a backlog is already being worked through, turn by turn
+        if self._more_scheduled or not self._writable:
+            # A backlog is being worked through turn by turn, or waits for resume_writing.
             self.reader.append(data)
             self._backlogged = self.reader.buffered > BACKLOG_PAUSE_BYTES
             self._update_reading()
@@ -166,6 +184,8 @@ class AMQPConnection(asyncio.Protocol):
                 self._on_frame(frame)
                 if self.closed:
                     return
+                if not self.writable:
+                    break  # the rest waits until what we wrote has gone out
             alarms = self.broker.alarms
             if self.is_publisher and alarms.blocked and not self.blocked:
                 self.on_alarm(True, alarms.reason)
@@ -187,19 +207,29 @@ class AMQPConnection(asyncio.Protocol):
             log_bug(f"on connection {self.name}{self._who()}", exc)
             self.fail(ConnectionError_(C.INTERNAL_ERROR, "internal error"))
             return
-        self._soon.run_pending()
-        backlog = self.reader.buffered
-        if backlog >= C.FRAME_HEADER_SIZE and not self._more_scheduled:
-            self._more_scheduled = True
-            self.loop.call_soon(self._read_frames)
-        self._backlogged = backlog > BACKLOG_PAUSE_BYTES
+        self._soon.run_pending()  # this writes what the frames produced
+        self._continue_backlog()
+        self._backlogged = self.reader.buffered > BACKLOG_PAUSE_BYTES
         self._update_reading()
 
+    def _continue_backlog(self) -> None:
+        """Work through frames still buffered on the next turn; while our writes are
+        paused, resume_writing does that instead."""
+        if (
+            self.reader.buffered >= C.FRAME_HEADER_SIZE
+            and not self._more_scheduled
+            and self._writable
+            and not self.closed
+        ):
+            self._more_scheduled = True
+            self.loop.call_soon(self._read_frames)
+
     def _update_reading(self) -> None:
-        """Read the socket unless an alarm blocks us or a backlog is still unparsed."""
+        """Read the socket unless an alarm blocks us, a backlog is still unparsed, or the
+        peer is not reading what we write."""
         if self.transport is None or self.state is State.CLOSED:
             return
-        want = not (self.blocked or self._backlogged)
+        want = not (self.blocked or self._backlogged or not self._writable)
         if want != self._reading:
             self._reading = want
             if want:
@@ -226,6 +256,7 @@ class AMQPConnection(asyncio.Protocol):
         self.channels.clear()
         self._out.clear()
         self._gates.clear()
+        self._out_bytes = self._held_bytes = 0
         for queue in list(self.exclusive_queues):
             if not queue.deleted:
                 self.vhost.remove_queue(queue)
@@ -249,11 +280,25 @@ class AMQPConnection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._writable = False
+        self._update_reading()
 
     def resume_writing(self) -> None:
         self._writable = True
+        self._update_reading()
+        self._continue_backlog()
+        self._kick_consumers()
+
+    def _kick_consumers(self) -> None:
+        """Deliveries stopped while we could not write: let the queues dispatch again."""
         for channel in self.channels.values():
             channel.wake()  # consumers parked while the socket was full
+
+    def _count_assembly(self, delta: int) -> None:
+        """Unfinished message bodies count towards the memory alarm like queued ones."""
+        if delta > 0:
+            self.broker.memory.add(delta)
+        else:
+            self.broker.memory.release(-delta)
 
     # -- ConnectionPort ---------------------------------------------------------------
 
@@ -263,26 +308,25 @@ class AMQPConnection(asyncio.Protocol):
 
     @property
     def writable(self) -> bool:
-        return self._writable
+        """Deliveries may go out: the transport is not paused, and this turn's output (with
+        what waits behind a definitions save) is still below its high-water mark: one
+        dispatch could otherwise queue hundreds of large messages before the transport, or
+        the save, has a say."""
+        return self._writable and self._out_bytes + self._held_bytes < WRITE_BUFFER_HIGH
 
     def send(self, data: bytes) -> None:
-        if self.state is State.CLOSED:
-            return
-        if self._gates:
-            self._gates[-1].frames.append(data)
-            return
-        self._out.append(data)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self._soon.call_soon(self._flush)
+        self.send_parts([data])
 
     def send_parts(self, parts: list[bytes]) -> None:
         if self.state is State.CLOSED:
             return
+        size = sum(map(len, parts))
         if self._gates:
             self._gates[-1].frames.extend(parts)
+            self._held_bytes += size
             return
         self._out.extend(parts)
+        self._out_bytes += size
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self._soon.call_soon(self._flush)
@@ -298,21 +342,26 @@ class AMQPConnection(asyncio.Protocol):
     def _gate_done(self, gate: _Gate, problem: str | None) -> None:
         gate.done, gate.problem = True, problem
         gates = self._gates
+        was_full = self._out_bytes + self._held_bytes >= WRITE_BUFFER_HIGH
         released = False
         while gates and gates[0].done:
             first = gates.popleft()
             if first.problem is not None:
-                # The -ok that opened this gate must not go out, nor anything after it:
-                # RabbitMQ answers an internal failure with 541 on the connection. The
-                # later gates go too, or they would hold the connection.close itself.
-                gates.clear()
+                # The -ok that opened this gate must not go out, nor anything after it
+                # (fail drops every gate): RabbitMQ answers an internal failure with 541
+                # on the connection.
                 self.fail(ConnectionError_(C.INTERNAL_ERROR, first.problem))
                 return
+            size = sum(map(len, first.frames))
             self._out.extend(first.frames)
+            self._out_bytes += size
+            self._held_bytes -= size
             released = True
         if released and not self._flush_scheduled:
             self._flush_scheduled = True
             self._soon.call_soon(self._flush)
+        if released and was_full:
+            self.loop.call_soon(self._kick_consumers)  # deliveries stopped behind the gate
 
     def request_flush(self, channel: Channel) -> None:
         self._dirty_channels[channel.id] = channel
@@ -329,8 +378,14 @@ class AMQPConnection(asyncio.Protocol):
         if self._out and self.transport is not None and self.state is not State.CLOSED:
             data = b"".join(self._out)
             self._out.clear()
+            was_full = self._out_bytes >= WRITE_BUFFER_HIGH
+            self._out_bytes = 0
             self._bytes_out += len(data)
             self.transport.write(data)
+            if was_full and self._writable:
+                # Deliveries stopped at the turn's limit and the transport took it all:
+                # they go on next turn (not this one, so other connections get theirs).
+                self.loop.call_soon(self._kick_consumers)
 
     # -- handshake -----------------------------------------------------------------------
 
@@ -422,7 +477,7 @@ class AMQPConnection(asyncio.Protocol):
             self._heartbeat = Heartbeat(
                 self.loop,
                 self.heartbeat_s,
-                lambda: (self._bytes_in, self._bytes_out + sum(map(len, self._out))),
+                self._heartbeat_counters,
                 lambda: self.send(encode_heartbeat()),
                 self._dead_peer,
             )
@@ -450,6 +505,16 @@ class AMQPConnection(asyncio.Protocol):
         self.send(encode_method(0, build(commands.Connection.OpenOk)))
 
     # -- heartbeats ----------------------------------------------------------------------
+
+    def _heartbeat_counters(self) -> tuple[int, int]:
+        """Bytes in and out so far, for the heartbeat. While we do not read the socket
+        (an alarm blocks the peer, or it does not read what we write), its heartbeats wait
+        unread: its silence is ours, so it counts as heard, as RabbitMQ pauses its
+        heartbeat monitor for a blocked connection. A peer that has gone is still found
+        out when a heartbeat we write to it fails."""
+        if not self._reading:
+            self._unread_ticks += 1
+        return self._bytes_in + self._unread_ticks, self._bytes_out + self._out_bytes
 
     def _dead_peer(self) -> None:
         log.warning(
@@ -662,6 +727,7 @@ class AMQPConnection(asyncio.Protocol):
 
     def _shutdown_channels(self) -> None:
         self._gates.clear()  # held replies are dropped; what closes the connection goes out
+        self._held_bytes = 0
         for channel in self.channels.values():
             channel.shutdown()
         self.channels.clear()
