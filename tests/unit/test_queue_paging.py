@@ -28,7 +28,7 @@ from kanin.core.paging import (
     PAGE_IN_COUNT_MAX,
     page_in_batch,
 )
-from kanin.core.queue import Queue, wall_clock_ms
+from kanin.core.queue import Queue
 from kanin.core.queue_args import parse_queue_args
 from kanin.store.store import Content, MemoryStore, Recovered
 from kanin.testing.clock import FakeScheduler
@@ -313,7 +313,7 @@ def test_restored_messages_start_paged_out_and_come_back_intact() -> None:
 
 def test_restored_messages_keep_their_stored_expiry_and_priority() -> None:
     setup = Setup(budget=0, **{"x-max-priority": 3, "x-dead-letter-exchange": "dlx"})
-    now_ms = wall_clock_ms()
+    now_ms = setup.clock.wall_clock_ms()
     for i, (priority, expiry) in enumerate([(0, 0), (3, now_ms - 1), (1, now_ms + 60_000)]):
         message_id = setup.store.enqueue(
             "/\x00q",
@@ -343,10 +343,10 @@ def test_restored_messages_keep_their_stored_expiry_and_priority() -> None:
 
 def test_published_expiry_and_priority_reach_the_store() -> None:
     setup = Setup(budget=0, **{"x-message-ttl": 5000})
-    before = wall_clock_ms()
+    before = setup.clock.wall_clock_ms()
     setup.queue.publish(message(b"x", priority=7, expiration=1000))
     setup.queue.publish(message(b"y"))
-    after = wall_clock_ms()
+    after = setup.clock.wall_clock_ms()
     first, second = setup.store.recover()["/\x00q"]
     assert first.priority == 7 and before + 1000 <= first.expires_at_ms <= after + 1000
     assert second.priority == 0 and before + 5000 <= second.expires_at_ms <= after + 5000

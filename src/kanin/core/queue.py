@@ -44,7 +44,6 @@ How this works:
 from __future__ import annotations
 
 import logging
-import time
 from collections import OrderedDict
 from collections.abc import Callable
 from operator import methodcaller
@@ -170,7 +169,7 @@ class Queue:
                 message.header_payload,
                 message.body,
                 priority=message.priority,
-                expires_at_ms=0 if ttl_ms is None else wall_clock_ms() + ttl_ms,
+                expires_at_ms=0 if ttl_ms is None else self._scheduler.wall_clock_ms() + ttl_ms,
             )
             self._await_commit(entry)
             result = STORED
@@ -240,7 +239,7 @@ class Queue:
     def restore(self, messages: list[Recovered], all_redelivered: bool = False) -> None:
         """Recovered messages, back in order and paged out, without writing them again:
         the first delivery reads the head back. Expiry is the one stored, on the wall clock."""
-        now, wall_ms = self._scheduler.time(), wall_clock_ms()
+        now, wall_ms = self._scheduler.time(), self._scheduler.wall_clock_ms()
         for recovered in messages:
             entry = Entry(None, self._next_seq, recovered.body_size)
             self._next_seq += 1
@@ -581,8 +580,3 @@ class Queue:
 
 # Looked up on each call, so a test can count has_capacity calls by patching Consumer.
 _has_capacity: Callable[[Consumer], bool] = methodcaller("has_capacity")
-
-
-def wall_clock_ms() -> int:
-    """UNIX time in ms: stored expiry must mean the same after a restart, unlike loop time."""
-    return int(time.time() * 1000)
