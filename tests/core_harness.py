@@ -11,12 +11,13 @@ from typing import Any
 
 from pamqp import commands
 
+from kanin.amqp.assembler import AssemblyLimit
 from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
 from kanin.core.channel import Channel
 from kanin.core.consumer import Consumer
 from kanin.core.message import Entry, Message
-from kanin.core.queue import Queue
+from kanin.core.queues import Queue
 from kanin.testing.clock import FakeScheduler
 
 
@@ -30,6 +31,8 @@ class FakePort:
         self.frame_max = 131072
         self.client_capabilities: dict[str, Any] = {"consumer_cancel_notify": True}
         self.exclusive_queues: set[Queue] = set()
+        # As a connection's: room for a few unfinished bodies of the largest size.
+        self.assembly_limit = AssemblyLimit(4 * broker.config.max_message_size_bytes)
         self.writable = True
         self.channels: list[Channel] = []
         self.sent = 0

@@ -18,5 +18,5 @@ def test_x_death_time_is_the_schedulers_wall_clock() -> None:
     assert entry is not None and entry.message is not None
     death = entry.message.headers["x-death"][0]
     assert death["reason"] == "expired"
-    expected = datetime.datetime(2023, 11, 14, 22, 13, 21)  # WALL_START + 1 s, UTC
+    expected = datetime.datetime(2023, 11, 14, 22, 13, 21, tzinfo=datetime.UTC)  # WALL_START + 1 s
     assert death["time"] == expected

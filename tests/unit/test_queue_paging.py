@@ -28,8 +28,8 @@ from kanin.core.paging import (
     PAGE_IN_COUNT_MAX,
     page_in_batch,
 )
-from kanin.core.queue import Queue
 from kanin.core.queue_args import parse_queue_args
+from kanin.core.queues import ClassicQueue
 from kanin.store.store import Content, MemoryStore, Recovered
 from kanin.testing.clock import FakeScheduler
 
@@ -91,9 +91,9 @@ class Setup:
         self.dead: list[tuple[str, bytes]] = []
         self.queue = self.make(budget, **arguments)
 
-    def make(self, budget: int, **arguments: Any) -> Queue:
+    def make(self, budget: int, **arguments: Any) -> ClassicQueue:
         args = parse_queue_args(arguments, "q", "/")
-        queue = Queue(
+        queue = ClassicQueue(
             "q",
             "/",
             self.clock,
@@ -205,7 +205,7 @@ def test_transient_messages_stay_in_memory_in_their_place() -> None:
 
 def test_a_non_durable_queue_never_pages_out() -> None:
     setup = Setup(budget=0)
-    setup.queue.store = None  # what Queue does for durable=False
+    setup.queue.store = None  # what ClassicQueue does for durable=False
     for i in range(10):
         setup.queue.publish(message(body(i)))
     assert setup.queue.paged_out == 0

@@ -10,7 +10,7 @@ from kanin.config import BrokerConfig, PermissionSpec
 from kanin.core.alarms import Alarms
 from kanin.core.auth import Permission, UserStore
 from kanin.core.memory import MemoryMonitor, RssReader
-from kanin.core.queue import Queue
+from kanin.core.queues import Queue
 from kanin.core.scheduling import Scheduler, Soon
 from kanin.core.vhost import VirtualHost
 

@@ -22,7 +22,7 @@ from kanin.amqp.tables import LongLong, encode_header
 from kanin.core.message import Entry, Message
 
 if TYPE_CHECKING:
-    from kanin.core.queue import Queue
+    from kanin.core.queues import Queue
     from kanin.core.vhost import VirtualHost
 
 

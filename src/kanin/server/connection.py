@@ -53,7 +53,7 @@ from kanin.server.heartbeat import Heartbeat
 if TYPE_CHECKING:
     from kanin.core.auth import User
     from kanin.core.broker import Broker
-    from kanin.core.queue import Queue
+    from kanin.core.queues import Queue
     from kanin.core.vhost import VirtualHost
 
 log = logging.getLogger(__name__)
