@@ -11,6 +11,7 @@ from typing import Any
 
 from pamqp import commands
 
+from kanin.amqp.assembler import AssemblyLimit
 from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
 from kanin.core.channel import Channel
@@ -33,6 +34,8 @@ class FakePort:
         self.writable = True
         self.channels: list[Channel] = []
         self.sent = 0
+        # As a server connection: room for two unfinished messages of the largest size.
+        self.assembly_limit = AssemblyLimit(2 * broker.config.max_message_size_bytes)
 
     def send(self, data: bytes) -> None:
         self.sent += 1

@@ -16,7 +16,7 @@ from kanin.core.vhost import VirtualHost
 
 if TYPE_CHECKING:
     from kanin.core.channel import Channel
-    from kanin.store.store import MessageStore
+    from kanin.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 

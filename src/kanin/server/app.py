@@ -19,7 +19,7 @@ from kanin.server.connection import AMQPConnection
 from kanin.server.datadir_lock import DataDirLock
 from kanin.server.disk import DiskMonitor
 from kanin.server.rss import RssReader, RssWatch
-from kanin.store.store import FileStore
+from kanin.store.file_store import FileStore
 
 log = logging.getLogger(__name__)
 
