@@ -23,7 +23,7 @@ from kanin.core.memory import MemoryMonitor
 from kanin.core.message import PAGED_OUT_BYTES, Entry, Message, entry_cost
 from kanin.core.queue import Queue
 from kanin.core.queue_args import parse_queue_args
-from kanin.store.store import MemoryStore
+from kanin.store.memory_store import MemoryStore
 from kanin.testing.clock import FakeScheduler
 
 KEY = "/\x00q"

@@ -30,7 +30,8 @@ from kanin.core.paging import (
 )
 from kanin.core.queue import Queue, wall_clock_ms
 from kanin.core.queue_args import parse_queue_args
-from kanin.store.store import Content, MemoryStore, Recovered
+from kanin.store.api import Content, Recovered
+from kanin.store.memory_store import MemoryStore
 from kanin.testing.clock import FakeScheduler
 
 BODY_BYTES = 1000

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from kanin.store import manifest, records
+from kanin.store.file_store import FileStore
 from kanin.store.segments import SegmentLog
-from kanin.store.store import FileStore
 from kanin.testing.faulty_disk import corrupt_byte, newest_segment, segment_files
 from store_harness import Q1, Harness, Sent, body, expected, segment_of
 

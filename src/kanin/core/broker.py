@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kanin.config import BrokerConfig, PermissionSpec
+from kanin.core import handlers_basic, handlers_topology  # noqa: F401  (register handlers)
 from kanin.core.alarms import Alarms
 from kanin.core.auth import Permission, UserStore
 from kanin.core.memory import MemoryMonitor, RssReader
@@ -16,7 +17,7 @@ from kanin.core.vhost import VirtualHost
 
 if TYPE_CHECKING:
     from kanin.core.channel import Channel
-    from kanin.store.store import MessageStore
+    from kanin.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,8 @@ Rules of this file:
 - A channel is OPEN until it or its peer starts closing; while CLOSING it ignores
   everything but channel.close / channel.close-ok, as the spec asks.
 - Handlers live beside this file (handlers_*.py) and are looked up by method class;
+  they import Channel and register with @handles when core/broker.py imports them
+  (so this module imports none of them: no import cycle);
   they raise AMQPError, which the connection turns into channel.close or
   connection.close. They never write to the socket except through the port.
 - Deliveries go out as soon as a queue dispatches; confirms are coalesced and go
@@ -396,6 +398,4 @@ def _groups_in_requeue_order(records: list[Unacked]) -> list[tuple[Queue, list[U
     ]
 
 
-# Imported last: these modules import Channel, and register their handlers with @handles.
-from kanin.core import handlers_basic, handlers_topology  # noqa: E402, F401
 from kanin.core.publishing import publish  # noqa: E402

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from kanin.core.exchanges import Binding
     from kanin.core.memory import MemoryMonitor
     from kanin.core.scheduling import Cancellable, Scheduler
-    from kanin.store.store import MessageStore, Recovered
+    from kanin.store.api import MessageStore, Recovered
 
 log = logging.getLogger(__name__)
 

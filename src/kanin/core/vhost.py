@@ -33,7 +33,7 @@ from kanin.core.queue_args import KNOWN_ARGUMENTS, QUEUE_TYPE, parse_queue_args,
 from kanin.core.scheduling import Scheduler
 
 if TYPE_CHECKING:
-    from kanin.store.store import MessageStore
+    from kanin.store.api import MessageStore
 
 PREDECLARED = (
     ("amq.direct", "direct"),

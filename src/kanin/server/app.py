@@ -19,7 +19,7 @@ from kanin.server.connection import AMQPConnection
 from kanin.server.datadir_lock import DataDirLock
 from kanin.server.disk import DiskMonitor
 from kanin.server.rss import RssReader, RssWatch
-from kanin.store.store import FileStore
+from kanin.store.file_store import FileStore
 
 log = logging.getLogger(__name__)
 
@@ -124,11 +124,12 @@ class BrokerServer:
         }
 
     async def _write_stats(self, path: Path) -> None:
-        # Once a second, atomically: a benchmark reads it without a management API.
+        # Once a second, atomically: a benchmark reads it without a management API. The
+        # counters are read on the loop; the file is written on a worker thread, so a
+        # slow disk stalls no connection.
+        loop = asyncio.get_running_loop()
         while True:
-            temporary = path.with_suffix(".tmp")
-            temporary.write_text(json.dumps(self.stats()))
-            temporary.replace(path)
+            await loop.run_in_executor(None, write_stats_file, path, json.dumps(self.stats()))
             await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
@@ -174,3 +175,11 @@ async def _saved(persistence: Persistence) -> None:
 def _address(sock: socket.socket) -> tuple[str, int]:
     name = sock.getsockname()
     return str(name[0]), int(name[1])
+
+
+def write_stats_file(path: Path, text: str) -> None:
+    """Replace the stats file in one rename, so a reader never sees half of it. Blocking:
+    run on a worker thread."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
