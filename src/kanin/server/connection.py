@@ -1,11 +1,12 @@
-"""One AMQP connection's asyncio edge: the socket under a kanin.core.session.Session.
+"""One AMQP connection's asyncio edge: the socket under a session (kanin.core.session).
 
 Rules of this file:
 - Everything AMQP (states, handshake, channels, close rules, flow, heartbeats) is the
   session's; this Protocol only hands it what asyncio reports (bytes read, the
   transport pausing and resuming our writes, the socket going away).
 - The session writes, pauses and resumes reading, closes and aborts through the
-  asyncio transport itself, which has exactly the methods SessionTransport asks for.
+  asyncio transport itself, which has exactly the methods SessionTransport asks for
+  (kanin.core.session.transport).
 - The transport's write buffer limits are the session's: it stops reading from a peer
   that does not read what we write once WRITE_BUFFER_HIGH is waiting.
 """

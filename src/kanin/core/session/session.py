@@ -1,15 +1,9 @@
 """One AMQP connection as a sans-IO state machine: bytes in, bytes out, timers injected.
 
 Rules of this file:
-- No sockets, no asyncio. The edge that owns the socket (kanin.server.connection, or
-  kanin.testing.session_pair in tests) calls data_received / pause_writing /
-  resume_writing / connection_lost; the session answers through SessionTransport
-  (write, pause_reading, resume_reading, close, abort) and schedules through the
-  Scheduler it was given. The calls go straight to the transport rather than being
-  returned as actions because most output is not an answer to input: deliveries,
-  confirms and heartbeats are sent from queue dispatches and timers, and a direct call
-  keeps the per-delivery path as short as it was. asyncio.Transport already has
-  exactly these methods, so the edge hands its transport over as it is.
+- No sockets, no asyncio: bytes come in through data_received, go out through a
+  SessionTransport (transport.py, which says why), and timers and deferred work go
+  through the Scheduler it was given, so a fake clock drives it in tests.
 - States go HEADER -> START_OK -> TUNE_OK -> OPEN_WAIT -> OPEN -> CLOSING -> CLOSED
   (opening.py drives the handshake, routing.py the channel table). In CLOSING (we sent
   connection.close) everything but close / close-ok is dropped, as the spec asks.
@@ -35,7 +29,7 @@ import functools
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
@@ -52,6 +46,7 @@ from kanin.core.session.heartbeat import Heartbeat
 from kanin.core.session.opening import Opening
 from kanin.core.session.routing import on_frame
 from kanin.core.session.state import State
+from kanin.core.session.transport import SessionTransport
 
 if TYPE_CHECKING:
     from kanin.core.auth import User
@@ -60,22 +55,6 @@ if TYPE_CHECKING:
     from kanin.core.vhost import VirtualHost
 
 log = logging.getLogger("kanin.core.session")
-
-
-class SessionTransport(Protocol):
-    """What a session asks of the byte stream under it (asyncio.Transport has all of it)."""
-
-    def write(self, data: bytes) -> None: ...
-
-    def pause_reading(self) -> None: ...
-
-    def resume_reading(self) -> None: ...
-
-    def close(self) -> None:
-        """Close once what was written has gone out."""
-
-    def abort(self) -> None:
-        """Close now; what was not written yet is lost."""
 
 
 # A peer that sent connection.close-ok never gets longer than this to go away.
