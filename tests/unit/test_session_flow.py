@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pamqp import commands, heartbeat
 
 from kanin.amqp import constants as C
+from kanin.core.session.session import FRAMES_PER_TURN
 from kanin.core.session.state import State
 from kanin.testing.session_pair import SessionPair
 
@@ -182,3 +183,30 @@ def test_nothing_is_held_when_nothing_is_unsaved() -> None:
     pair, _ = gated()
     pair.send_method(1, commands.Queue.Declare(queue="passing", durable=False))
     assert isinstance(pair.expect(1), commands.Queue.DeclareOk)
+
+
+# -- reading ----------------------------------------------------------------------------
+
+
+def queued(pair: SessionPair) -> int:
+    return pair.broker.vhosts["/"].queues["q"].message_count
+
+
+def test_while_the_peer_does_not_read_what_it_sends_waits() -> None:
+    pair = publisher()
+    pair.session.pause_writing()
+    pair.publish(1, b"m", routing_key="q")
+    assert queued(pair) == 1  # only the first publish
+    pair.session.resume_writing()
+    pair.clock.run_soon()
+    assert queued(pair) == 2
+
+
+def test_a_long_read_is_acted_on_a_slice_per_loop_turn() -> None:
+    pair = publisher()
+    one = SessionPair.publish_bytes(1, b"m", routing_key="q")
+    pair.session.data_received(one * 300)
+    # A whole publish is its three frames: 85 of them, then other connections get a turn.
+    assert queued(pair) == 1 + FRAMES_PER_TURN // 3
+    pair.clock.run_soon()
+    assert queued(pair) == 1 + 300

@@ -81,9 +81,13 @@ class SessionPair:
 
     def publish(self, channel: int, payload: bytes, routing_key: str, exchange: str = "") -> None:
         """basic.publish, content header and body in one read, as clients send them."""
+        self.send(self.publish_bytes(channel, payload, routing_key, exchange))
+
+    @staticmethod
+    def publish_bytes(channel: int, payload: bytes, routing_key: str, exchange: str = "") -> bytes:
         method = commands.Basic.Publish(exchange=exchange, routing_key=routing_key)
         content = header.ContentHeader(0, len(payload), commands.Basic.Properties())
-        self.send(
+        return (
             frame.marshal(method, channel)
             + frame.marshal(content, channel)
             + frame.marshal(body.ContentBody(payload), channel)
