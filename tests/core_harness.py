@@ -31,6 +31,8 @@ class FakePort:
         self.frame_max = 131072
         self.client_capabilities: dict[str, Any] = {"consumer_cancel_notify": True}
         self.exclusive_queues: set[Queue] = set()
+        # As a connection's: two maximum-size messages in assembly across its channels.
+        self.assembly_limit = AssemblyLimit(2 * broker.config.max_message_size_bytes)
         self.writable = True
         self.channels: list[Channel] = []
         self.sent = 0

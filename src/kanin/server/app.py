@@ -13,6 +13,7 @@ from pathlib import Path
 from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
 from kanin.core.persistence import Persistence
+from kanin.core.session.session import Session
 from kanin.errors import StartupError
 from kanin.server.bugs import loop_exception_handler
 from kanin.server.connection import AMQPConnection
@@ -108,7 +109,7 @@ class BrokerServer:
             ) from None
 
     @property
-    def connections(self) -> set[AMQPConnection]:
+    def connections(self) -> set[Session]:
         return self.broker.connections if self.broker is not None else set()
 
     def stats(self) -> dict[str, float]:
@@ -149,8 +150,7 @@ class BrokerServer:
                 break
             await asyncio.sleep(0.02)
         for connection in list(self.connections):
-            if connection.transport is not None:
-                connection.transport.abort()
+            connection.abort()
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()
