@@ -44,15 +44,6 @@ from store_harness import (
 
 
 @pytest.fixture
-async def files(tmp_path: Path) -> AsyncIterator[Harness]:
-    opened = Harness.open("file", tmp_path / "store")
-    try:
-        yield opened
-    finally:
-        await opened.close()
-
-
-@pytest.fixture
 async def faulty(tmp_path: Path) -> AsyncIterator[Harness]:
     opened = Harness.open("file", tmp_path / "store", faulty=True)
     try:
