@@ -28,11 +28,11 @@ from kanin.amqp.frames import BodyFrame, HeaderFrame
 from kanin.amqp.methods import (
     build,
     class_and_method,
+    close_for,
     encode_ack,
     encode_content,
     encode_deliver_head,
     encode_method,
-    short_text,
 )
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
@@ -368,15 +368,7 @@ class Channel:
             exc.reply_code,
             exc.reply_text,
         )
-        self.send_method(
-            build(
-                commands.Channel.Close,
-                reply_code=exc.reply_code,
-                reply_text=short_text(exc.reply_text),
-                class_id=exc.class_id,
-                method_id=exc.method_id,
-            )
-        )
+        self.send_method(close_for(commands.Channel.Close, exc))
         self.shutdown()
 
 

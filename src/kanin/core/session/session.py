@@ -37,7 +37,7 @@ from kanin.amqp import constants as C
 from kanin.amqp.assembler import AssemblyLimit
 from kanin.amqp.errors import AMQPError, ConnectionError_
 from kanin.amqp.frames import FrameReader, MethodFrame
-from kanin.amqp.methods import build, encode_heartbeat, encode_method, short_text
+from kanin.amqp.methods import build, close_for, encode_heartbeat, encode_method
 from kanin.core.bugs import log_bug
 from kanin.core.channel import Channel
 from kanin.core.scheduling import Cancellable, Scheduler
@@ -443,18 +443,7 @@ class Session:
         )
         self._shutdown_channels()
         # Replies already queued (connection.start, open-ok, ...) still go out first.
-        self.send(
-            encode_method(
-                0,
-                build(
-                    commands.Connection.Close,
-                    reply_code=exc.reply_code,
-                    reply_text=short_text(exc.reply_text),
-                    class_id=exc.class_id,
-                    method_id=exc.method_id,
-                ),
-            )
-        )
+        self.send(encode_method(0, close_for(commands.Connection.Close, exc)))
         self._flush()
         self.state = State.CLOSING
         self._timers.append(self._scheduler.call_later(CLOSE_TIMEOUT_S, self._abort))
