@@ -31,11 +31,13 @@ class FakePort:
         self.frame_max = 131072
         self.client_capabilities: dict[str, Any] = {"consumer_cancel_notify": True}
         self.exclusive_queues: set[Queue] = set()
-        # As a connection's: room for a few unfinished bodies of the largest size.
-        self.assembly_limit = AssemblyLimit(4 * broker.config.max_message_size_bytes)
+        # As a connection's: two maximum-size messages in assembly across its channels.
+        self.assembly_limit = AssemblyLimit(2 * broker.config.max_message_size_bytes)
         self.writable = True
         self.channels: list[Channel] = []
         self.sent = 0
+        self.name = "fake-client -> fake-broker"
+        self.assembly_limit = AssemblyLimit(2 * broker.config.max_message_size_bytes)
 
     def send(self, data: bytes) -> None:
         self.sent += 1

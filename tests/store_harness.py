@@ -1,5 +1,6 @@
 """What the message store tests share (tests/unit/test_store_contract.py, test_store_file.py):
-a Harness that opens, commits and "restarts" a MemoryStore or a FileStore, and helpers to say
+a Harness that opens, commits and "restarts" a MemoryStore or a FileStore (held as the
+api.MessageStore interface: the contract suite uses nothing else), and helpers to say
 what recover() must return.
 
 recover() gives what a queue needs to rebuild itself (Recovered: id, body size, priority,
@@ -18,8 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kanin.store import records
+from kanin.store.api import MessageStore, Recovered
+from kanin.store.file_store import FileStore
+from kanin.store.memory_store import MemoryStore
 from kanin.store.records import queue_key
-from kanin.store.store import FileStore, MemoryStore, Recovered
 from kanin.testing.faulty_disk import FaultySegmentLog, faulty_file_store, segment_files
 
 SEGMENT_BYTES = 4096  # small, so a few messages fill a segment
@@ -79,7 +82,7 @@ class Harness:
     kind: str
     directory: Path
     loop: asyncio.AbstractEventLoop
-    store: FileStore | MemoryStore
+    store: MessageStore
     segment_bytes: int = SEGMENT_BYTES
     log: FaultySegmentLog | None = None
 
@@ -88,7 +91,7 @@ class Harness:
         cls, kind: str, directory: Path, segment_bytes: int = SEGMENT_BYTES, faulty: bool = False
     ) -> Harness:
         loop = asyncio.get_running_loop()
-        store: FileStore | MemoryStore
+        store: MessageStore  # the contract suite sees the stores only through the interface
         log = None
         if kind == "memory":
             store = MemoryStore(loop)
@@ -171,7 +174,7 @@ class Harness:
 
 
 def contents_of(
-    store: FileStore | MemoryStore, recovered: dict[str, list[Recovered]]
+    store: MessageStore, recovered: dict[str, list[Recovered]]
 ) -> dict[str, list[StoredMessage]]:
     """recover()'s answer read back whole with read(), checked against what it said."""
     whole: dict[str, list[StoredMessage]] = {}

@@ -1,6 +1,6 @@
 """What the broker logs about connections, as RabbitMQ logs it: who connected, who was
 refused, why a connection or channel closed. And that no client can make it log a
-traceback per frame (a bug's traceback is logged once, kanin/server/bugs.py)."""
+traceback per frame (a bug's traceback is logged once, kanin/core/bugs.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from pamqp import commands
 from pika.exceptions import ChannelClosedByBroker, ProbableAuthenticationError
 
 from helpers import pika_params
+from kanin.core import bugs
 from kanin.core import channel as channel_module
-from kanin.server import bugs
 from rawamqp import RawClient, build_frame
 
 pytestmark = pytest.mark.kanin_only  # kanin's own log, read in-process

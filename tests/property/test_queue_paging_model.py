@@ -1,4 +1,4 @@
-"""A stateful property test of a deep queue (kanin/core/queue.py) against a model: random
+"""A stateful property test of a deep queue (kanin/core/queues/classic.py) against a model: random
 publishes (persistent or transient, with priorities), takes, acks, requeues, purges and
 restarts of a durable queue with a tiny memory budget over a MemoryStore.
 
@@ -23,7 +23,7 @@ from kanin.core.memory import MemoryMonitor
 from kanin.core.message import PAGED_OUT_BYTES, Entry, Message, entry_cost
 from kanin.core.queue_args import parse_queue_args
 from kanin.core.queues import ClassicQueue
-from kanin.store.store import MemoryStore
+from kanin.store.memory_store import MemoryStore
 from kanin.testing.clock import FakeScheduler
 
 KEY = "/\x00q"

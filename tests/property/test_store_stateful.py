@@ -38,8 +38,8 @@ from hypothesis.stateful import (
     rule,
 )
 
+from kanin.store.file_store import FileStore
 from kanin.store.records import queue_key
-from kanin.store.store import FileStore
 from kanin.testing.faulty_disk import FaultySegmentLog, faulty_file_store
 from store_harness import StoredMessage, contents_of
 

@@ -15,7 +15,7 @@ import pytest
 from kanin.core import definitions_saver
 from kanin.core.definitions_saver import DefinitionsSaver
 from kanin.store.committer import Prelude
-from kanin.store.store import FileStore
+from kanin.store.file_store import FileStore
 
 QUEUE = "/\x00q"
 

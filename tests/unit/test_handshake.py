@@ -10,7 +10,7 @@ from pamqp import commands, encode
 from kanin import __version__
 from kanin.amqp.errors import AMQPError
 from kanin.config import BrokerConfig
-from kanin.server import handshake
+from kanin.core.session import handshake
 
 
 def amqplain(login: str, password: str) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kanin.server.heartbeat import Heartbeat
+from kanin.core.session.heartbeat import Heartbeat
 
 
 class FakeTimer:

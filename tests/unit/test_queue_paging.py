@@ -1,6 +1,7 @@
-"""Deep queues on a fake clock (kanin/core/queue.py): past its memory budget a durable queue
-keeps persistent messages in the store only and reads them back, in batches, before they go
-out; order, priorities, TTL, length limits, dead-lettering and accounting are unchanged.
+"""Deep queues on a fake clock (kanin/core/queues/classic.py): past its memory budget a
+durable queue keeps persistent messages in the store only and reads them back, in batches,
+before they go out; order, priorities, TTL, length limits, dead-lettering and accounting
+are unchanged.
 
 The store is a MemoryStore (the store contract suite shows FileStore reads back the same),
 wrapped to count what is read."""
@@ -30,7 +31,8 @@ from kanin.core.paging import (
 )
 from kanin.core.queue_args import parse_queue_args
 from kanin.core.queues import ClassicQueue
-from kanin.store.store import Content, MemoryStore, Recovered
+from kanin.store.api import Content, Recovered
+from kanin.store.memory_store import MemoryStore
 from kanin.testing.clock import FakeScheduler
 
 BODY_BYTES = 1000

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from kanin.store.store import FileStore
+from kanin.store.file_store import FileStore
 
 QUEUE = "/\x00q"
 

@@ -1,4 +1,4 @@
-"""One contract for every message store (kanin/store/store.py), run against MemoryStore and
+"""One contract for every message store (kanin/store/api.py), run against MemoryStore and
 FileStore alike, after nats-server's store_test.go. The FileStore's own duties (segments,
 reclaiming space, torn tails, group commit, disk faults) are in test_store_file.py.
 
@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from kanin.store.api import Content, Recovered
 from kanin.store.records import queue_key
-from kanin.store.store import Content, Recovered
 from store_harness import Q1, Q2, Q3, Harness, Sent, body, expected
 
 

@@ -1,4 +1,4 @@
-"""The FileStore's own duties (kanin/store/store.py, segments.py, committer.py), beyond the
+"""The FileStore's own duties (kanin/store/file_store.py, segments.py, committer.py), beyond the
 contract it shares with MemoryStore (test_store_contract.py): segment rotation, reclaiming the
 space of removed messages, what a crash leaves behind, group commit, and disk faults.
 
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from kanin.store import records, segments
+from kanin.store.file_store import FileStore
 from kanin.store.records import FILE_HEADER
 from kanin.store.segments import SegmentLog
-from kanin.store.store import FileStore
 from kanin.testing.faulty_disk import (
     FaultySegmentLog,
     append_garbage,
@@ -30,7 +30,6 @@ from kanin.testing.faulty_disk import (
     newest_segment,
     segment_files,
     truncate_tail,
-    use_segment_log,
 )
 from store_harness import (
     Q1,
@@ -42,15 +41,6 @@ from store_harness import (
     expected,
     segment_of,
 )
-
-
-@pytest.fixture
-async def files(tmp_path: Path) -> AsyncIterator[Harness]:
-    opened = Harness.open("file", tmp_path / "store")
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 @pytest.fixture
@@ -273,9 +263,8 @@ async def test_a_failed_compaction_write_does_not_lose_the_moved_message(
     """Compaction copies a message forward and later deletes the old file. If the copy's
     round fails, the old file is the only copy: it must not be deleted."""
     loop = asyncio.get_running_loop()
-    store = FileStore(tmp_path, loop, segment_bytes=SEGMENT_BYTES)
     log = GatedLog(tmp_path)
-    use_segment_log(store, log)
+    store = FileStore(tmp_path, loop, segment_bytes=SEGMENT_BYTES, segments=log)
     store.recover()
     files = Harness("file", tmp_path, loop, store, SEGMENT_BYTES, log)
     pinned = [files.enqueue(Q1, body(i, 1900)) for i in range(2)]  # segment 1, stays half full
@@ -493,9 +482,8 @@ async def wait_for(condition: threading.Event) -> None:
 
 async def test_appends_during_a_round_wait_for_the_next_round(tmp_path: Path) -> None:
     loop = asyncio.get_running_loop()
-    store = FileStore(tmp_path, loop, segment_bytes=SEGMENT_BYTES)
     log = BlockingLog(tmp_path)
-    use_segment_log(store, log)
+    store = FileStore(tmp_path, loop, segment_bytes=SEGMENT_BYTES, segments=log)
     store.recover()
     results: list[tuple[str, bool, int]] = []
     first = store.enqueue(Q1, "", "rk", b"", b"one")

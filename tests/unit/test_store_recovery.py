@@ -11,25 +11,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from kanin.store import manifest, records
+from kanin.store.file_store import FileStore
 from kanin.store.segments import SegmentLog
-from kanin.store.store import FileStore
 from kanin.testing.faulty_disk import corrupt_byte, newest_segment, segment_files
 from store_harness import Q1, Harness, Sent, body, expected, segment_of
-
-
-@pytest.fixture
-async def files(tmp_path: Path) -> AsyncIterator[Harness]:
-    opened = Harness.open("file", tmp_path / "store")
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def fill_and_close(files: Harness, count: int = 40, size: int = 400) -> list[Sent]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kanin.store import segments
-from kanin.store.store import FileStore
+from kanin.store.file_store import FileStore
 
 QUEUE = "/\x00q"
 

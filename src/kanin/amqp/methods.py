@@ -15,7 +15,7 @@ from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 
 from kanin.amqp import constants as C
-from kanin.amqp.errors import ConnectionError_
+from kanin.amqp.errors import AMQPError, ConnectionError_
 from kanin.amqp.tables import check_table_depth
 
 _METHOD_ID = struct.Struct(">I")
@@ -281,3 +281,17 @@ def short_text(text: str) -> str:
     if len(encoded) <= 255:
         return text
     return encoded[:255].decode("utf-8", "ignore")
+
+
+CloseMethod = TypeVar("CloseMethod", commands.Connection.Close, commands.Channel.Close)
+
+
+def close_for(cls: type[CloseMethod], exc: AMQPError) -> CloseMethod:
+    """The connection.close or channel.close that reports `exc` to the peer."""
+    return build(
+        cls,
+        reply_code=exc.reply_code,
+        reply_text=short_text(exc.reply_text),
+        class_id=exc.class_id,
+        method_id=exc.method_id,
+    )

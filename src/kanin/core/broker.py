@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kanin.config import BrokerConfig, PermissionSpec
+from kanin.core import handlers_basic, handlers_topology  # noqa: F401  (register handlers)
 from kanin.core.alarms import Alarms
 from kanin.core.auth import Permission, UserStore
 from kanin.core.memory import MemoryMonitor, RssReader
@@ -16,7 +17,7 @@ from kanin.core.vhost import VirtualHost
 
 if TYPE_CHECKING:
     from kanin.core.channel import Channel
-    from kanin.store.store import MessageStore
+    from kanin.store.api import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,9 @@ class Broker:
         # them right after its frames (see Soon); timers and the clock are the loop's.
         self.soon = Soon(scheduler)
         self.scheduler: Scheduler = self.soon
+        # The loop's own: a connection reads its next slice of frames on a later turn,
+        # after the others have had theirs (Soon would run it within this one).
+        self.loop_scheduler = scheduler
         self.store = store
         # Set by the server when the broker keeps its definitions on disk.
         self.definitions: DefinitionsSink | None = None

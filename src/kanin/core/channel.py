@@ -4,6 +4,8 @@ Rules of this file:
 - A channel is OPEN until it or its peer starts closing; while CLOSING it ignores
   everything but channel.close / channel.close-ok, as the spec asks.
 - Handlers live beside this file (handlers_*.py) and are looked up by method class;
+  they import Channel and register with @handles when core/broker.py imports them
+  (so this module imports none of them: no import cycle);
   they raise AMQPError, which the connection turns into channel.close or
   connection.close. They never write to the socket except through the port.
 - Deliveries go out as soon as a queue dispatches; confirms are coalesced and go
@@ -26,11 +28,11 @@ from kanin.amqp.frames import BodyFrame, HeaderFrame
 from kanin.amqp.methods import (
     build,
     class_and_method,
+    close_for,
     encode_ack,
     encode_content,
     encode_deliver_head,
     encode_method,
-    short_text,
 )
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
@@ -366,15 +368,7 @@ class Channel:
             exc.reply_code,
             exc.reply_text,
         )
-        self.send_method(
-            build(
-                commands.Channel.Close,
-                reply_code=exc.reply_code,
-                reply_text=short_text(exc.reply_text),
-                class_id=exc.class_id,
-                method_id=exc.method_id,
-            )
-        )
+        self.send_method(close_for(commands.Channel.Close, exc))
         self.shutdown()
 
 
@@ -396,6 +390,4 @@ def _groups_in_requeue_order(records: list[Unacked]) -> list[tuple[Queue, list[U
     ]
 
 
-# Imported last: these modules import Channel, and register their handlers with @handles.
-from kanin.core import handlers_basic, handlers_topology  # noqa: E402, F401
 from kanin.core.publishing import publish  # noqa: E402

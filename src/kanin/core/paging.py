@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from kanin.core.message import Entry, Message
 
 if TYPE_CHECKING:
-    from kanin.store.store import MessageStore
+    from kanin.store.api import MessageStore
 
 # The broker-wide default of ready message bytes a queue keeps in memory.
 DEFAULT_MEMORY_BUDGET_BYTES = 4 * 1024 * 1024

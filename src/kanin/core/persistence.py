@@ -34,7 +34,7 @@ from kanin.store import definitions
 
 if TYPE_CHECKING:
     from kanin.core.broker import Broker
-    from kanin.store.store import MessageStore, Recovered
+    from kanin.store.api import MessageStore, Recovered
 
 log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from kanin.core.queues import Queue
 from kanin.core.scheduling import Scheduler
 
 if TYPE_CHECKING:
-    from kanin.store.store import MessageStore
+    from kanin.store.api import MessageStore
 
 PREDECLARED = (
     ("amq.direct", "direct"),

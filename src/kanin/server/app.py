@@ -13,6 +13,7 @@ from pathlib import Path
 from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
 from kanin.core.persistence import Persistence
+from kanin.core.session.session import Session
 from kanin.errors import StartupError
 from kanin.server.bugs import loop_exception_handler
 from kanin.server.connection import AMQPConnection
@@ -20,7 +21,7 @@ from kanin.server.datadir_lock import DataDirLock
 from kanin.server.disk import DiskMonitor
 from kanin.server.rss import RssReader, RssWatch
 from kanin.server.scheduler import LoopScheduler
-from kanin.store.store import FileStore
+from kanin.store.file_store import FileStore
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class BrokerServer:
             ) from None
 
     @property
-    def connections(self) -> set[AMQPConnection]:
+    def connections(self) -> set[Session]:
         return self.broker.connections if self.broker is not None else set()
 
     def stats(self) -> dict[str, float]:
@@ -125,11 +126,12 @@ class BrokerServer:
         }
 
     async def _write_stats(self, path: Path) -> None:
-        # Once a second, atomically: a benchmark reads it without a management API.
+        # Once a second, atomically: a benchmark reads it without a management API. The
+        # counters are read on the loop; the file is written on a worker thread, so a
+        # slow disk stalls no connection.
+        loop = asyncio.get_running_loop()
         while True:
-            temporary = path.with_suffix(".tmp")
-            temporary.write_text(json.dumps(self.stats()))
-            temporary.replace(path)
+            await loop.run_in_executor(None, write_stats_file, path, json.dumps(self.stats()))
             await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
@@ -149,8 +151,7 @@ class BrokerServer:
                 break
             await asyncio.sleep(0.02)
         for connection in list(self.connections):
-            if connection.transport is not None:
-                connection.transport.abort()
+            connection.abort()
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()
@@ -175,3 +176,11 @@ async def _saved(persistence: Persistence) -> None:
 def _address(sock: socket.socket) -> tuple[str, int]:
     name = sock.getsockname()
     return str(name[0]), int(name[1])
+
+
+def write_stats_file(path: Path, text: str) -> None:
+    """Replace the stats file in one rename, so a reader never sees half of it. Blocking:
+    run on a worker thread."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)

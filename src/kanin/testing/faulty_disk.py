@@ -23,8 +23,9 @@ How this works:
   proxy, once, when the first FaultySegmentLog is made. It interferes only with the
   thread of a FaultySegmentLog that is writing with a fault armed; every other call, in
   every other thread, goes straight to the os module.
-- `faulty_file_store` builds a FileStore that writes through a FaultySegmentLog, and
-  `use_segment_log` puts any SegmentLog (a blocking one, a counting one) under a store.
+- `faulty_file_store` builds a FileStore that writes through a FaultySegmentLog, by
+  FileStore's `segments=` parameter (which puts any SegmentLog, a blocking one, a
+  counting one, under a store and its committer).
 - `newest_segment`, `truncate_tail`, `corrupt_byte` and `append_garbage` damage segment
   files directly, as a crash or a bad disk would, between a store's close and the next
   start.
@@ -43,8 +44,8 @@ from types import ModuleType
 from typing import Any
 
 from kanin.store import records, segments
+from kanin.store.file_store import DEFAULT_SEGMENT_BYTES, FileStore
 from kanin.store.segments import SUFFIX, SegmentLog
-from kanin.store.store import DEFAULT_SEGMENT_BYTES, FileStore
 
 Chunks = list[tuple[int, bytes]]
 
@@ -204,23 +205,14 @@ class FaultySegmentLog(SegmentLog):
         super().delete(number)
 
 
-def use_segment_log(store: FileStore, log: SegmentLog) -> None:
-    """Make `store` (not yet recovered) read and write through `log` instead of its own."""
-    assert log.directory == store._segments.directory
-    store._segments = log
-    store.committer._segments = log
-
-
 def faulty_file_store(
     directory: Path,
     loop: asyncio.AbstractEventLoop,
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
 ) -> tuple[FileStore, FaultySegmentLog]:
     """A FileStore on `directory` over a FaultySegmentLog; call recover() before writing."""
-    store = FileStore(directory, loop, segment_bytes=segment_bytes)
     log = FaultySegmentLog(directory)
-    use_segment_log(store, log)
-    return store, log
+    return FileStore(directory, loop, segment_bytes=segment_bytes, segments=log), log
 
 
 # -- damaging files at rest -----------------------------------------------------------------

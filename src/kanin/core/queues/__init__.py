@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from kanin.core.memory import MemoryMonitor
     from kanin.core.queue_args import QueueArgs
     from kanin.core.scheduling import Scheduler
-    from kanin.store.store import MessageStore
+    from kanin.store.api import MessageStore
 
 __all__ = ["ACCEPTED", "REFUSED", "STORED", "TYPES", "ClassicQueue", "Queue", "create"]
 

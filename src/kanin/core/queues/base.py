@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from kanin.core.consumer import Consumer
     from kanin.core.exchanges import Binding
     from kanin.core.message import Entry, Message
-    from kanin.store.store import Recovered
+    from kanin.store.api import Recovered
 
 # What Queue.publish did with a message.
 REFUSED, ACCEPTED, STORED = 0, 1, 2

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from kanin.core.consumer import Consumer
     from kanin.core.memory import MemoryMonitor
     from kanin.core.scheduling import Scheduler
-    from kanin.store.store import MessageStore, Recovered
+    from kanin.store.api import MessageStore, Recovered
 
 log = logging.getLogger(__name__)
 

@@ -8,14 +8,24 @@ usual connection-lost path). Any traffic counts, not only heartbeat frames.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
+from typing import Any, Protocol
+
+from kanin.core.scheduling import Cancellable
+
+
+class Timers(Protocol):
+    """The part of a scheduler a heartbeat uses (kanin.core.scheduling.Scheduler has it)."""
+
+    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Cancellable: ...
+
+    def time(self) -> float: ...
 
 
 class Heartbeat:
     def __init__(
         self,
-        loop: asyncio.AbstractEventLoop,
+        loop: Timers,
         interval_s: int,
         counters: Callable[[], tuple[int, int]],
         send_heartbeat: Callable[[], None],
@@ -27,7 +37,7 @@ class Heartbeat:
         self._counters = counters  # () -> (bytes received, bytes sent) so far
         self._send_heartbeat = send_heartbeat
         self._on_dead_peer = on_dead_peer
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: Cancellable | None = None
         self._last_heard = loop.time()
         self._seen_in, self._seen_out = counters()
 

@@ -1,112 +1,51 @@
-"""The message store as the broker sees it: one small interface, two implementations.
+"""FileStore: the message store (api.MessageStore) on disk, in the segmented log.
 
-- `enqueue` records a persistent message in a durable queue and returns its id;
-- `read` gives back the content of messages by id: a deep queue keeps only ids for
-  the messages beyond its memory budget and reads them back, a batch at a time, naming
-  the ones it will want next (`ahead`) so FileStore can have the kernel fetch them;
-- `remove` records that it left the queue (acked, dropped, expired, purged);
-- `delivered` notes a delivery, so a message recovered after a crash comes back
-  with redelivered=true (written lazily: nobody waits for it);
-- `after_commit` runs a callback once everything recorded so far is durable:
-  publisher confirms and tx.commit wait on it, nothing else does;
-- `recover` returns, per queue, the messages still in it, in order, as what the queue
-  needs to order, expire, prioritise and count them (Recovered): never their bodies.
-
-FileStore keeps them in the segmented log (segments.py) through the group committer;
-MemoryStore keeps nothing on disk and is what a broker without durability, and the
-shared store test suite, use. Both run `after_commit` callbacks on a later loop turn.
-
-How FileStore finds a message again: `_where` maps each live id to its location,
-segment << 32 | offset. Until the committer reports the record on disk the offset is 0
-and the record's bytes stay in `_pending` (reads are served from there); after a failed
-round they stay there for good, since the record never reached the disk. Compaction
-points a moved message at its copy only once the copy is on disk, and a segment is
-deleted only when nothing live is in it, so a location never names a deleted file.
-
-Recovery (`recover`) replays every segment's records oldest first. Damage is handled by
-the segment log (segments.py): bad records are skipped and reported, only the newest
-segment's torn tail is cut, and a missing segment file raises errors.RecoveryError unless
-the store was made with force_recovery. New records then go to a fresh segment numbered
-past every file and every number ever used (a lost file's number is never reused).
+How this works:
+- Every change is a record (records.py) appended to the segmented log (segments.py)
+  through the group committer (committer.py), the only path by which records become
+  durable; `after_commit` waiters hear when the round holding them has ended.
+- How FileStore finds a message again: `_where` maps each live id to its location,
+  segment << 32 | offset. Until the committer reports the record on disk the offset is 0
+  and the record's bytes stay in `_pending` (reads are served from there); after a failed
+  round they stay there for good, since the record never reached the disk. Compaction
+  points a moved message at its copy only once the copy is on disk, and a segment is
+  deleted only when nothing live is in it, so a location never names a deleted file.
+- Reading back (`read`) goes to the segment files with pread through the log's reader
+  descriptors, and asks the kernel to fetch the records named in `ahead` meanwhile.
+- Space: a segment with nothing live is deleted, oldest first (its REMOVE records may
+  cancel ENQUEUEs in older files); a closed segment that is mostly dead is compacted:
+  its live records are read on a worker thread and written again to the active segment.
+- Recovery (`recover`) replays every segment's records oldest first. Damage is handled by
+  the segment log (segments.py): bad records are skipped and reported, only the newest
+  segment's torn tail is cut, and a missing segment file raises errors.RecoveryError
+  unless the store was made with force_recovery. New records then go to a fresh segment
+  numbered past every file and every number ever used (a lost file's number is never
+  reused).
+- The segment log is the store's one way to the disk; `segments=` puts another one (a
+  faulty disk, in tests: kanin.testing.faulty_disk) under the store and its committer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple, Protocol
 
 from kanin.store import records
+from kanin.store.api import Content, Recovered, Waiter
 from kanin.store.committer import GroupCommitter, Landed
 from kanin.store.segments import READ_GAP_BYTES, SegmentLog
 
 log = logging.getLogger(__name__)
 
-Waiter = Callable[[bool], None]
 DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 # A location packs the segment above the offset; offsets fit 32 bits because a segment
 # is closed once it passes segment_bytes (at most 2 GiB) plus one record (at most 2 GiB).
 _SEGMENT_SHIFT = 32
 _OFFSET_MASK = (1 << _SEGMENT_SHIFT) - 1
 MAX_SEGMENT_BYTES = 1 << 31
-
-
-@dataclass(frozen=True, slots=True)
-class Content:
-    """What a delivery needs of a stored message, read back."""
-
-    exchange: str
-    routing_key: str
-    header: bytes
-    body: bytes
-
-
-class Recovered(NamedTuple):
-    """One message found at start-up: enough to order, expire, prioritise and count it."""
-
-    id: int
-    body_size: int
-    priority: int = 0
-    expires_at_ms: int = 0  # UNIX ms after which it is dead, 0 = never
-    redelivered: bool = False
-
-
-class MessageStore(Protocol):
-    def enqueue(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        header: bytes,
-        body: bytes,
-        *,
-        priority: int = 0,
-        expires_at_ms: int = 0,
-    ) -> int: ...
-
-    def read(
-        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
-    ) -> list[Content | None]: ...
-
-    def remove(self, queue: str, message_id: int) -> None: ...
-
-    def delivered(self, queue: str, message_id: int) -> None: ...
-
-    def after_commit(self, waiter: Waiter) -> None: ...
-
-    def pending_round(self) -> int:
-        """Which commit round what is recorded now goes to; after_commit waiters
-        registered now hear that round's outcome (or a later, failing one's)."""
-        ...
-
-    def recover(self) -> dict[str, list[Recovered]]: ...
-
-    def forget_queue(self, queue: str, message_ids: list[int]) -> None: ...
-
-    async def close(self) -> None: ...
 
 
 @dataclass
@@ -129,12 +68,16 @@ class FileStore:
         loop: asyncio.AbstractEventLoop,
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         force_recovery: bool = False,
+        segments: SegmentLog | None = None,
     ) -> None:
+        """`segments`, if given, is the log on `directory` to read and write through
+        instead of a plain SegmentLog (a faulty disk in tests)."""
         assert 0 < segment_bytes <= MAX_SEGMENT_BYTES, segment_bytes
+        assert segments is None or segments.directory == directory, "one directory"
         self._loop = loop
         # Go on when segment files are missing (their messages lost), instead of refusing.
         self._force_recovery = force_recovery
-        self._segments = SegmentLog(directory)
+        self._segments = segments if segments is not None else SegmentLog(directory)
         self._committer = GroupCommitter(self._segments, loop)
         self._committer.on_written = self._written
         self.compactions = 0
@@ -453,11 +396,6 @@ class FileStore:
             result[key] = ordered
         return result
 
-    def forget_queue(self, queue: str, message_ids: list[int]) -> None:
-        """Drop recovered messages of a queue that no longer exists."""
-        for message_id in message_ids:
-            self.remove(queue, message_id)
-
     async def close(self) -> None:
         await self._committer.drain()
         self._committer.close()
@@ -465,76 +403,3 @@ class FileStore:
 
 def _content(record: records.Record) -> Content:
     return Content(record.exchange, record.routing_key, record.header, record.body)
-
-
-@dataclass
-class _Held:
-    content: Content
-    priority: int
-    expires_at_ms: int
-    redelivered: bool = False
-
-
-@dataclass
-class MemoryStore:
-    """The same contract with nothing on disk: `recover` returns what is still live."""
-
-    loop: asyncio.AbstractEventLoop
-    _next_id: int = 1
-    _queues: dict[str, dict[int, _Held]] = field(default_factory=dict)
-
-    def enqueue(
-        self,
-        queue: str,
-        exchange: str,
-        routing_key: str,
-        header: bytes,
-        body: bytes,
-        *,
-        priority: int = 0,
-        expires_at_ms: int = 0,
-    ) -> int:
-        message_id = self._next_id
-        self._next_id += 1
-        held = _Held(Content(exchange, routing_key, header, body), priority, expires_at_ms)
-        self._queues.setdefault(queue, {})[message_id] = held
-        return message_id
-
-    def read(
-        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
-    ) -> list[Content | None]:
-        messages = self._queues.get(queue, {})
-        return [
-            held.content if (held := messages.get(i)) is not None else None for i in message_ids
-        ]
-
-    def remove(self, queue: str, message_id: int) -> None:
-        self._queues.get(queue, {}).pop(message_id, None)
-
-    def delivered(self, queue: str, message_id: int) -> None:
-        held = self._queues.get(queue, {}).get(message_id)
-        if held is not None:
-            held.redelivered = True
-
-    def after_commit(self, waiter: Waiter) -> None:
-        self.loop.call_soon(waiter, True)
-
-    def pending_round(self) -> int:
-        return 0  # nothing is written, nothing fails
-
-    def recover(self) -> dict[str, list[Recovered]]:
-        return {
-            queue: [
-                Recovered(i, len(h.content.body), h.priority, h.expires_at_ms, h.redelivered)
-                for i, h in sorted(messages.items())
-            ]
-            for queue, messages in self._queues.items()
-            if messages
-        }
-
-    def forget_queue(self, queue: str, message_ids: list[int]) -> None:
-        for message_id in message_ids:
-            self.remove(queue, message_id)
-
-    async def close(self) -> None:
-        return None

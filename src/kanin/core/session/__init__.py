@@ -1,0 +1,1 @@
+"""An AMQP connection without I/O: Session (session.py) and what it is made of."""

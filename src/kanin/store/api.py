@@ -1,0 +1,115 @@
+"""The message store as the broker sees it: one small interface, two implementations.
+
+How this works:
+- `enqueue` records a persistent message in a durable queue and returns its id;
+- `read` gives back the content of messages by id: a deep queue keeps only ids for
+  the messages beyond its memory budget and reads them back, a batch at a time, naming
+  the ones it will want next (`ahead`) so the file store can have the kernel fetch them;
+- `remove` records that it left the queue (acked, dropped, expired, purged);
+- `delivered` notes a delivery, so a message recovered after a crash comes back
+  with redelivered=true (written lazily: nobody waits for it);
+- `after_commit` runs a callback once everything recorded so far is durable:
+  publisher confirms and tx.commit wait on it, nothing else does;
+- `pending_round` names the commit round what is recorded now goes to, so a queue can
+  tell which of its messages a round's outcome covers;
+- `recover` returns, per queue, the messages still in it, in order, as what the queue
+  needs to order, expire, prioritise and count them (Recovered): never their bodies;
+- `close` makes everything recorded so far durable and lets go of the files.
+
+FileStore (file_store.py) keeps them in the segmented log (segments.py) through the
+group committer (committer.py); MemoryStore (memory_store.py) keeps nothing on disk and
+is what a broker without durability, and the shared store test suite, use. Both run
+`after_commit` callbacks on a later loop turn, never inline.
+
+The broker (core/) depends on this module only; which store it gets is decided where
+the broker is built (server/app.py), so nothing in core/ imports an implementation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
+
+# Told True once what it waited for is on disk, False if writing it failed.
+Waiter = Callable[[bool], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Content:
+    """What a delivery needs of a stored message, read back."""
+
+    exchange: str
+    routing_key: str
+    header: bytes
+    body: bytes
+
+
+class Recovered(NamedTuple):
+    """One message found at start-up: enough to order, expire, prioritise and count it."""
+
+    id: int
+    body_size: int
+    priority: int = 0
+    expires_at_ms: int = 0  # UNIX ms after which it is dead, 0 = never
+    redelivered: bool = False
+
+
+class MessageStore(Protocol):
+    def enqueue(
+        self,
+        queue: str,
+        exchange: str,
+        routing_key: str,
+        header: bytes,
+        body: bytes,
+        *,
+        priority: int = 0,
+        expires_at_ms: int = 0,
+    ) -> int:
+        """A durable queue (core/queue.py, on publish) stores a persistent message; returns
+        its id, unique in the store for good (also across restarts). The message is durable
+        once an `after_commit` waiter registered after this call hears True."""
+        ...
+
+    def read(
+        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
+    ) -> list[Content | None]:
+        """A deep queue (core/paging.py) reads paged-out messages back, in the order asked;
+        None for an id that is not live in `queue` or whose record cannot be read (the
+        store logs why). `ahead` names ids wanted next: a hint, nothing is returned for
+        them. Reads what was recorded, whether or not its commit round has ended."""
+        ...
+
+    def remove(self, queue: str, message_id: int) -> None:
+        """A queue (core/queue.py) says the message left it for good: acked, dropped,
+        expired, purged or dead-lettered. It is not recovered after a restart that sees
+        this recorded; an unknown id is ignored."""
+        ...
+
+    def delivered(self, queue: str, message_id: int) -> None:
+        """A queue (core/queue.py) handed the message out with an ack pending: recovered
+        after a crash it comes back redelivered. Nobody waits for this to be durable."""
+        ...
+
+    def after_commit(self, waiter: Waiter) -> None:
+        """Publisher confirms (core/channel.py), tx.commit (core/handlers_basic.py), a
+        queue's commit-round bookkeeping (core/queue.py) and the definitions saver wait
+        here: waiter(True) once everything recorded before the call is durable,
+        waiter(False) if a write failed. Always called later on the loop, never inline."""
+        ...
+
+    def pending_round(self) -> int:
+        """Which commit round what is recorded now goes to; after_commit waiters
+        registered now hear that round's outcome (or a later, failing one's)."""
+        ...
+
+    def recover(self) -> dict[str, list[Recovered]]:
+        """Start-up (core/persistence.py) calls this once, before any write: per queue key
+        (records.queue_key), its live messages in id order. No body is read."""
+        ...
+
+    async def close(self) -> None:
+        """The orderly stop (server/app.py): everything recorded so far is made durable,
+        then the store is done; nothing may be recorded after."""
+        ...
