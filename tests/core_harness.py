@@ -17,7 +17,7 @@ from kanin.core.broker import Broker
 from kanin.core.channel import Channel
 from kanin.core.consumer import Consumer
 from kanin.core.message import Entry, Message
-from kanin.core.queue import Queue
+from kanin.core.queues import Queue
 from kanin.testing.clock import FakeScheduler
 
 

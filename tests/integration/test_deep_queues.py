@@ -27,7 +27,7 @@ from helpers import BrokerFactory, Unique, start_kanin
 from kanin.config import BrokerConfig
 from kanin.core.message import MESSAGE_OVERHEAD_BYTES, PAGED_OUT_BYTES, STORED_OVERHEAD_BYTES
 from kanin.core.paging import PAGE_IN_BYTES_MIN
-from kanin.core.queue import Queue
+from kanin.core.queues import ClassicQueue
 from kanin.testing.embedded import EmbeddedBroker, running_broker
 
 BUDGET_BYTES = 8 * 1024  # a tiny budget: a handful of messages in memory
@@ -97,7 +97,7 @@ def consume_all(
         connection.close()
 
 
-def queue_of(broker: EmbeddedBroker, name: str) -> Queue:
+def queue_of(broker: EmbeddedBroker, name: str) -> ClassicQueue:
     server_broker = broker.server.broker
     assert server_broker is not None
     return server_broker.vhosts["/"].queues[name]

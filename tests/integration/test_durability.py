@@ -12,7 +12,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from kanin.core import queue as queue_module
+from kanin.server.scheduler import LoopScheduler
 from kanin.testing.embedded import EmbeddedBroker, running_broker
 
 pytestmark = pytest.mark.kanin_only
@@ -159,8 +159,12 @@ def test_recovered_messages_keep_their_expiry_and_priority(
             )
             channel.basic_publish("", "timed", body, properties)
         connection.close()
-    real_clock = queue_module.wall_clock_ms
-    monkeypatch.setattr(queue_module, "wall_clock_ms", lambda: real_clock() + 120_000)
+    real_clock = LoopScheduler.wall_clock_ms
+
+    def later(self: LoopScheduler) -> int:  # two minutes after the messages were stored
+        return real_clock(self) + 120_000
+
+    monkeypatch.setattr(LoopScheduler, "wall_clock_ms", later)
     with running_broker(data_dir=tmp_path) as broker:
         connection, channel = channel_of(broker)
         got = [channel.basic_get("timed", auto_ack=True)[2] for _ in range(2)]
@@ -193,9 +197,7 @@ def test_a_lone_confirmed_publish_waits_for_one_commit_round_not_two(tmp_path: P
         channel.confirm_delivery()
         for index in range(5):
             rounds_before = broker.call(lambda: broker.server.store.committer.rounds)  # type: ignore[union-attr]
-            channel.basic_publish(
-                "", "lone", b"%d" % index, pika.BasicProperties(delivery_mode=2)
-            )
+            channel.basic_publish("", "lone", b"%d" % index, pika.BasicProperties(delivery_mode=2))
             rounds = broker.call(lambda: broker.server.store.committer.rounds) - rounds_before  # type: ignore[union-attr]
             assert rounds == 1, f"publish {index} was confirmed after {rounds} commit rounds"
         connection.close()

@@ -1,4 +1,4 @@
-"""A stateful property test of a deep queue (kanin/core/queue.py) against a model: random
+"""A stateful property test of a deep queue (kanin/core/queues/classic.py) against a model: random
 publishes (persistent or transient, with priorities), takes, acks, requeues, purges and
 restarts of a durable queue with a tiny memory budget over a MemoryStore.
 
@@ -21,8 +21,8 @@ from pamqp import commands
 from kanin.amqp.tables import encode_header
 from kanin.core.memory import MemoryMonitor
 from kanin.core.message import PAGED_OUT_BYTES, Entry, Message, entry_cost
-from kanin.core.queue import Queue
 from kanin.core.queue_args import parse_queue_args
+from kanin.core.queues import ClassicQueue
 from kanin.store.memory_store import MemoryStore
 from kanin.testing.clock import FakeScheduler
 
@@ -46,7 +46,7 @@ class QueueMachine(RuleBasedStateMachine):
         self.store = MemoryStore(self.clock)  # type: ignore[arg-type]  # uses call_soon only
         self.max_priority: int | None = None
         self.budget = 0
-        self.queue: Queue | None = None
+        self.queue: ClassicQueue | None = None
         self.ready: list[tuple[int, Sent]] = []  # (order key, message): the model
         self.unacked: list[tuple[Entry, Sent, int]] = []  # delivered, not settled
         self.count = 0
@@ -58,9 +58,9 @@ class QueueMachine(RuleBasedStateMachine):
         self.max_priority = 3 if priorities else None
         self.queue = self.make_queue()
 
-    def make_queue(self) -> Queue:
+    def make_queue(self) -> ClassicQueue:
         arguments = {} if self.max_priority is None else {"x-max-priority": self.max_priority}
-        return Queue(
+        return ClassicQueue(
             "q",
             "/",
             self.clock,

@@ -23,8 +23,8 @@ from kanin.core.message import (
     entry_cost,
     message_cost,
 )
-from kanin.core.queue import Queue
 from kanin.core.queue_args import parse_queue_args
+from kanin.core.queues import ClassicQueue
 from kanin.testing.clock import FakeScheduler
 
 MiB = 1024 * 1024
@@ -65,10 +65,12 @@ def test_routing_drops_the_decoded_properties_and_they_decode_again_on_demand() 
 # -- a queue counts what it holds, and releases it when the message leaves ---------------------
 
 
-def make_queue(watermark: int = 2**40, **arguments: object) -> tuple[Queue, MemoryMonitor]:
+def make_queue(watermark: int = 2**40, **arguments: object) -> tuple[ClassicQueue, MemoryMonitor]:
     monitor = MemoryMonitor(watermark)
     args = parse_queue_args(dict(arguments), "q", "/")
-    return Queue("q", "/", FakeScheduler(), monitor, arguments=dict(arguments), args=args), monitor
+    return ClassicQueue(
+        "q", "/", FakeScheduler(), monitor, arguments=dict(arguments), args=args
+    ), monitor
 
 
 def test_a_queue_counts_each_message_and_releases_it_on_ack() -> None:

@@ -11,7 +11,7 @@ from pamqp import commands
 from kanin.amqp.tables import encode_header
 from kanin.core.memory import MemoryMonitor
 from kanin.core.message import Entry, Message
-from kanin.core.queue import STORED, Queue
+from kanin.core.queues import STORED, ClassicQueue
 from kanin.core.ready import FifoReady, PriorityReady
 from kanin.core.scheduling import Soon
 from kanin.testing.faulty_disk import faulty_file_store
@@ -36,7 +36,7 @@ async def test_messages_of_a_failed_round_leave_the_queue_and_later_ones_stay(
     store, disk = faulty_file_store(tmp_path, loop)
     store.recover()
     memory = MemoryMonitor(2**40)
-    queue = Queue("q", "/", Soon(loop), memory, durable=True, store=store)
+    queue = ClassicQueue("q", "/", Soon(loop), memory, durable=True, store=store)
     outcomes: list[bool] = []
 
     disk.fail_next_write()

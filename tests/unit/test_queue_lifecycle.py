@@ -11,8 +11,8 @@ from pamqp import commands
 from kanin.amqp.errors import ChannelError
 from kanin.core.memory import MemoryMonitor
 from kanin.core.message import Entry, Message
-from kanin.core.queue import Queue
 from kanin.core.queue_args import QueueArgs, parse_queue_args
+from kanin.core.queues import ClassicQueue
 from kanin.core.ready import FifoReady
 from kanin.testing.clock import FakeScheduler
 
@@ -24,9 +24,11 @@ def message(
     return Message("", "q", b"", body, properties, expiration)
 
 
-def make_queue(clock: FakeScheduler, **arguments: Any) -> tuple[Queue, list[tuple[str, bytes]]]:
+def make_queue(
+    clock: FakeScheduler, **arguments: Any
+) -> tuple[ClassicQueue, list[tuple[str, bytes]]]:
     args = parse_queue_args(arguments, "q", "/")
-    queue = Queue("q", "/", clock, MemoryMonitor(2**40), arguments=arguments, args=args)
+    queue = ClassicQueue("q", "/", clock, MemoryMonitor(2**40), arguments=arguments, args=args)
     dead: list[tuple[str, bytes]] = []
     queue.on_dead_letter = lambda _q, entries, reason: dead.extend(
         (reason, e.message.body) for e in entries
@@ -34,7 +36,7 @@ def make_queue(clock: FakeScheduler, **arguments: Any) -> tuple[Queue, list[tupl
     return queue, dead
 
 
-def bodies(queue: Queue) -> list[bytes]:
+def bodies(queue: ClassicQueue) -> list[bytes]:
     out = []
     while (entry := queue.take()) is not None:
         out.append(entry.message.body)
@@ -137,7 +139,7 @@ def test_ttl_work_is_proportional_to_what_expires_not_to_queue_length() -> None:
 def test_x_expires_deletes_an_unused_queue_and_use_postpones_it() -> None:
     clock = FakeScheduler()
     queue, _ = make_queue(clock, **{"x-expires": 1000})
-    deleted: list[Queue] = []
+    deleted: list[ClassicQueue] = []
     queue.on_unused = deleted.append
     clock.advance(0.8)
     queue.touch()  # e.g. basic.get or a redeclare

@@ -1,6 +1,7 @@
-"""Deep queues on a fake clock (kanin/core/queue.py): past its memory budget a durable queue
-keeps persistent messages in the store only and reads them back, in batches, before they go
-out; order, priorities, TTL, length limits, dead-lettering and accounting are unchanged.
+"""Deep queues on a fake clock (kanin/core/queues/classic.py): past its memory budget a
+durable queue keeps persistent messages in the store only and reads them back, in batches,
+before they go out; order, priorities, TTL, length limits, dead-lettering and accounting
+are unchanged.
 
 The store is a MemoryStore (the store contract suite shows FileStore reads back the same),
 wrapped to count what is read."""
@@ -28,8 +29,8 @@ from kanin.core.paging import (
     PAGE_IN_COUNT_MAX,
     page_in_batch,
 )
-from kanin.core.queue import Queue, wall_clock_ms
 from kanin.core.queue_args import parse_queue_args
+from kanin.core.queues import ClassicQueue
 from kanin.store.api import Content, Recovered
 from kanin.store.memory_store import MemoryStore
 from kanin.testing.clock import FakeScheduler
@@ -92,9 +93,9 @@ class Setup:
         self.dead: list[tuple[str, bytes]] = []
         self.queue = self.make(budget, **arguments)
 
-    def make(self, budget: int, **arguments: Any) -> Queue:
+    def make(self, budget: int, **arguments: Any) -> ClassicQueue:
         args = parse_queue_args(arguments, "q", "/")
-        queue = Queue(
+        queue = ClassicQueue(
             "q",
             "/",
             self.clock,
@@ -206,7 +207,7 @@ def test_transient_messages_stay_in_memory_in_their_place() -> None:
 
 def test_a_non_durable_queue_never_pages_out() -> None:
     setup = Setup(budget=0)
-    setup.queue.store = None  # what Queue does for durable=False
+    setup.queue.store = None  # what ClassicQueue does for durable=False
     for i in range(10):
         setup.queue.publish(message(body(i)))
     assert setup.queue.paged_out == 0
@@ -314,7 +315,7 @@ def test_restored_messages_start_paged_out_and_come_back_intact() -> None:
 
 def test_restored_messages_keep_their_stored_expiry_and_priority() -> None:
     setup = Setup(budget=0, **{"x-max-priority": 3, "x-dead-letter-exchange": "dlx"})
-    now_ms = wall_clock_ms()
+    now_ms = setup.clock.wall_clock_ms()
     for i, (priority, expiry) in enumerate([(0, 0), (3, now_ms - 1), (1, now_ms + 60_000)]):
         message_id = setup.store.enqueue(
             "/\x00q",
@@ -344,10 +345,10 @@ def test_restored_messages_keep_their_stored_expiry_and_priority() -> None:
 
 def test_published_expiry_and_priority_reach_the_store() -> None:
     setup = Setup(budget=0, **{"x-message-ttl": 5000})
-    before = wall_clock_ms()
+    before = setup.clock.wall_clock_ms()
     setup.queue.publish(message(b"x", priority=7, expiration=1000))
     setup.queue.publish(message(b"y"))
-    after = wall_clock_ms()
+    after = setup.clock.wall_clock_ms()
     first, second = setup.store.recover()["/\x00q"]
     assert first.priority == 7 and before + 1000 <= first.expires_at_ms <= after + 1000
     assert second.priority == 0 and before + 5000 <= second.expires_at_ms <= after + 5000

@@ -64,3 +64,11 @@ def test_timers_and_clock_are_the_wrapped_schedulers() -> None:
     assert fired == []
     loop.advance(0.2)
     assert fired == [1]
+
+
+def test_the_wall_clock_is_the_wrapped_schedulers_and_moves_with_it() -> None:
+    loop = FakeScheduler(start=50.0, wall_start=1_600_000_000.0)
+    soon = Soon(loop)
+    assert soon.wall_clock_ms() == 1_600_000_000_000
+    loop.advance(2.5)
+    assert soon.wall_clock_ms() == 1_600_000_002_500

@@ -11,7 +11,7 @@ from kanin.core import handlers_basic, handlers_topology  # noqa: F401  (registe
 from kanin.core.alarms import Alarms
 from kanin.core.auth import Permission, UserStore
 from kanin.core.memory import MemoryMonitor, RssReader
-from kanin.core.queue import Queue
+from kanin.core.queues import Queue
 from kanin.core.scheduling import Scheduler, Soon
 from kanin.core.vhost import VirtualHost
 
@@ -46,6 +46,9 @@ class Broker:
         # them right after its frames (see Soon); timers and the clock are the loop's.
         self.soon = Soon(scheduler)
         self.scheduler: Scheduler = self.soon
+        # The loop's own: a connection reads its next slice of frames on a later turn,
+        # after the others have had theirs (Soon would run it within this one).
+        self.loop_scheduler = scheduler
         self.store = store
         # Set by the server when the broker keeps its definitions on disk.
         self.definitions: DefinitionsSink | None = None

@@ -37,7 +37,7 @@ from kanin.amqp.methods import (
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
 from kanin.core.message import Entry, Message
-from kanin.core.queue import Queue
+from kanin.core.queues import Queue
 from kanin.core.unacked import Unacked, UnackedLedger
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kanin.core.channel import Channel
-    from kanin.core.queue import Queue
+    from kanin.core.queues import Queue
 
 
 class Consumer:

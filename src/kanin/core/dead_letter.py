@@ -22,7 +22,7 @@ from kanin.amqp.tables import LongLong, encode_header
 from kanin.core.message import Entry, Message
 
 if TYPE_CHECKING:
-    from kanin.core.queue import Queue
+    from kanin.core.queues import Queue
     from kanin.core.vhost import VirtualHost
 
 
@@ -33,9 +33,10 @@ def dead_letter(vhost: VirtualHost, queue: Queue, entries: list[Entry], reason: 
     exchange = vhost.exchanges.get(exchange_name)
     if exchange is None:
         return  # RabbitMQ drops the message when its DLX does not exist
+    now = _timestamp(vhost.scheduler.wall_clock_ms())
     for entry in entries:
         assert entry.message is not None, "the queue reads paged-out messages back first"
-        message = dead_lettered_message(entry.message, queue, reason)
+        message = dead_lettered_message(entry.message, queue, reason, now)
         deaths = message.headers.get("x-death") or []
         for target in vhost.route_keys(exchange, message.routing_keys, message.headers):
             if not is_cycle(target.name, deaths, reason):
@@ -43,7 +44,9 @@ def dead_letter(vhost: VirtualHost, queue: Queue, entries: list[Entry], reason: 
         message.shed_properties()
 
 
-def dead_lettered_message(original: Message, queue: Queue, reason: str) -> Message:
+def dead_lettered_message(
+    original: Message, queue: Queue, reason: str, now: datetime.datetime
+) -> Message:
     properties = copy.copy(original.properties)
     headers: dict[str, Any] = dict(properties.headers or {})
     deaths = [
@@ -65,7 +68,7 @@ def dead_lettered_message(original: Message, queue: Queue, reason: str) -> Messa
             "count": LongLong(1),
             "reason": reason,
             "queue": queue.name,
-            "time": _now(),
+            "time": now,
             "exchange": original.exchange,
             "routing-keys": [original.routing_key, *_string_list(headers.get("CC"))],
         }
@@ -122,6 +125,7 @@ def _string_list(value: Any) -> list[str]:
     return []
 
 
-def _now() -> datetime.datetime:
-    # AMQP timestamps have one-second resolution.
-    return datetime.datetime.now(datetime.UTC).replace(microsecond=0, tzinfo=None)
+def _timestamp(wall_clock_ms: int) -> datetime.datetime:
+    # AMQP timestamps have one-second resolution, and are UTC without a zone.
+    when = datetime.datetime.fromtimestamp(wall_clock_ms // 1000, datetime.UTC)
+    return when.replace(tzinfo=None)

@@ -1,12 +1,28 @@
 """Deep queues: which paged-out messages a queue reads back together, and reading them.
 
-A queue (core/queue.py) keeps ready messages in memory up to its budget; past it, a
+A queue (core/queues/classic.py) keeps ready messages in memory up to its budget; past it, a
 persistent message of a durable queue is paged out: its Entry stays (order, expiry,
 size, store id) and its content is only in the store. The queue's ledgers and policy
-live in queue.py; this module holds the two pieces that need no queue state:
+live in queues/classic.py; this module holds the two pieces that need no queue state:
 - `page_in_batch`: from the head on, the paged-out entries to read in one batch, and
   the ids of the next batch (the store fetches those ahead of the consumers);
 - `read_back`: fill entries' messages from the store in one read.
+
+How a queue pages (queues/classic.py):
+Ready messages are held in memory up to the queue's memory budget
+  (the broker's `queue_memory_budget_bytes`; 0 with x-queue-mode=lazy). Past it, and
+  for as long as any message is paged out, a persistent message of a durable queue
+  keeps only its Entry (order, expiry, size, store id): the store has the rest. When
+  the head is paged out, the queue reads it back with the paged-out entries behind
+  it in one batch, up to the budget (at least PAGE_IN_BYTES_MIN), so consumers are
+  served from memory and reads come in batches; it names the batch after that to the
+  store, which has the kernel fetch it meanwhile. Dead-lettering reads paged-out
+  messages back in batches too; expiring, purging or deleting them reads nothing.
+  Transient messages, and everything in non-durable queues, stay in memory. A message
+  routed to several durable queues is stored once per queue and each pages it on its
+  own: its body leaves memory when the last queue holding it lets go.
+  Recovered messages start paged out; start-up reads no bodies. (core/paging.py picks
+  the batches and reads them.)
 """
 
 from __future__ import annotations

@@ -27,8 +27,8 @@ from kanin.amqp.errors import AMQPError
 from kanin.core.auth import Permission, User
 from kanin.core.definitions_saver import DefinitionsSaver
 from kanin.core.exchanges import DefaultExchange, Exchange
-from kanin.core.queue import Queue
 from kanin.core.queue_args import QUEUE_TYPE, QUEUE_TYPES
+from kanin.core.queues import Queue
 from kanin.errors import StartupError
 from kanin.store import definitions
 

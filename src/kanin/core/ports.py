@@ -9,7 +9,7 @@ if TYPE_CHECKING:
     from kanin.core.auth import User
     from kanin.core.broker import Broker
     from kanin.core.channel import Channel
-    from kanin.core.queue import Queue
+    from kanin.core.queues import Queue
     from kanin.core.vhost import VirtualHost
 
 

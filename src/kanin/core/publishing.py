@@ -24,8 +24,8 @@ from kanin.amqp.methods import build
 from kanin.amqp.tables import encode_header
 from kanin.core.message import Message
 from kanin.core.permissions import check_permission
-from kanin.core.queue import REFUSED, STORED
 from kanin.core.queue_args import MAX_TTL_MS
+from kanin.core.queues import REFUSED, STORED
 
 if TYPE_CHECKING:
     from kanin.core.broker import Broker

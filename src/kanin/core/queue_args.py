@@ -43,6 +43,19 @@ class QueueArgs:
     def has_length_limit(self) -> bool:
         return self.max_length is not None or self.max_length_bytes is not None
 
+    def full_for(self, count: int, ready_bytes: int, incoming_bytes: int) -> bool:
+        """Would one more message of incoming_bytes take the queue past a length limit?"""
+        if self.max_length is not None and count + 1 > self.max_length:
+            return True
+        limit = self.max_length_bytes
+        return limit is not None and ready_bytes + incoming_bytes > limit
+
+    def over_limit(self, count: int, ready_bytes: int) -> bool:
+        """Is the queue past a length limit (x-overflow drop-head then drops the head)?"""
+        if self.max_length is not None and count > self.max_length:
+            return True
+        return self.max_length_bytes is not None and ready_bytes > self.max_length_bytes
+
 
 # The arguments RabbitMQ 3.10 validates and compares on redeclare; others are ignored.
 KNOWN_ARGUMENTS: tuple[str, ...] = (

@@ -1,6 +1,10 @@
-"""The slice of an event loop the core needs: run soon, run later, read the clock.
+"""The slice of an event loop the core needs: run soon, run later, read the clocks.
 
-asyncio's loop satisfies it; tests may pass a fake that runs callbacks by hand.
+The core reads no clock of its own: loop time (monotonic seconds) for timers and
+ages, and wall-clock milliseconds for what must mean the same after a restart
+(stored expiry) or to a client (x-death times), both come from here. The server
+passes asyncio's loop wrapped in kanin.server.scheduler.LoopScheduler; tests pass
+kanin.testing.clock.FakeScheduler, whose clocks move only when told.
 """
 
 from __future__ import annotations
@@ -22,7 +26,13 @@ class Scheduler(Protocol):
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Cancellable: ...
 
-    def time(self) -> float: ...
+    def time(self) -> float:
+        """Monotonic seconds: timers, TTL deadlines, idle ages."""
+        ...
+
+    def wall_clock_ms(self) -> int:
+        """UNIX time in ms: stored expiry and timestamps that outlive the process."""
+        ...
 
 
 class Soon:
@@ -51,6 +61,9 @@ class Soon:
 
     def time(self) -> float:
         return self._scheduler.time()
+
+    def wall_clock_ms(self) -> int:
+        return self._scheduler.wall_clock_ms()
 
     def _on_turn(self) -> None:
         self._scheduled = False

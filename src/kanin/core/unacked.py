@@ -21,7 +21,7 @@ from kanin.amqp.errors import ChannelError
 if TYPE_CHECKING:
     from kanin.core.consumer import Consumer
     from kanin.core.message import Entry
-    from kanin.core.queue import Queue
+    from kanin.core.queues import Queue
 
 
 class Unacked:

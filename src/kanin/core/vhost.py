@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
+from kanin.core import queues
 from kanin.core.dead_letter import dead_letter
 from kanin.core.exchanges import (
     EXCHANGE_TYPES,
@@ -28,8 +29,8 @@ from kanin.core.memory import MemoryMonitor
 from kanin.core.message import Entry
 from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES
 from kanin.core.permissions import Authorize
-from kanin.core.queue import Queue
 from kanin.core.queue_args import KNOWN_ARGUMENTS, QUEUE_TYPE, parse_queue_args, same_queue_type
+from kanin.core.queues import Queue
 from kanin.core.scheduling import Scheduler
 
 if TYPE_CHECKING:
@@ -280,7 +281,7 @@ class VirtualHost:
             authorize("read", "queue", name)
             authorize("write", "exchange", dead_letter_exchange)
         args = parse_queue_args(arguments, name, self.name)
-        queue = Queue(
+        queue = queues.create(
             name,
             self.name,
             self.scheduler,
@@ -348,8 +349,7 @@ class VirtualHost:
         count = queue.message_count
         if self.queues.get(queue.name) is queue:
             del self.queues[queue.name]
-        queue.deleted = True
-        queue.cancel_timers()
+        queue.delete()
         if queue.durable and not queue.exclusive:
             self._definitions_changed()
         for binding in list(queue.bindings.values()):
@@ -443,7 +443,9 @@ class VirtualHost:
     def route(self, exchange: Exchange, routing_key: str, headers: dict[str, Any]) -> list[Queue]:
         """Every queue a message reaches, each once, following e2e bindings and AEs."""
         first = list(exchange.route(routing_key, headers))
-        direct = [destination for destination in first if isinstance(destination, Queue)]
+        # Destinations are queues or exchanges; Exchange is a plain class, so testing for
+        # it is cheaper on every publish than testing for the Queue ABC.
+        direct = [d for d in first if not isinstance(d, Exchange)]
         if direct and len(direct) == len(first):
             # The usual case, on every publish: only queues (no e2e bindings, no AE).
             # A queue bound twice (say, by two keys to a fanout) is listed twice.
@@ -460,10 +462,10 @@ class VirtualHost:
             routed = False
             for destination in destinations:
                 routed = True
-                if isinstance(destination, Queue):
-                    queues[id(destination)] = destination
-                else:
+                if isinstance(destination, Exchange):
                     pending.append(destination)
+                else:
+                    queues[id(destination)] = destination
             if not routed:
                 alternate = current.alternate_exchange
                 if alternate is not None and alternate in self.exchanges:

@@ -20,6 +20,7 @@ from kanin.server.connection import AMQPConnection
 from kanin.server.datadir_lock import DataDirLock
 from kanin.server.disk import DiskMonitor
 from kanin.server.rss import RssReader, RssWatch
+from kanin.server.scheduler import LoopScheduler
 from kanin.store.file_store import FileStore
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ class BrokerServer:
         if self.config.memory_watch_rss:
             self.rss = RssReader()
         read_rss = self.rss.read if self.rss is not None else None
-        self.broker = broker = Broker(self.config, loop, self.store, read_rss)
+        self.broker = broker = Broker(self.config, LoopScheduler(loop), self.store, read_rss)
         persistence = Persistence(broker, data_dir, self.store)
         persistence.restore()
         # Only now: a broker that failed to restore must not save over what it could not read.

@@ -33,7 +33,7 @@ class AMQPConnection(asyncio.Protocol):
         stream.set_write_buffer_limits(high=WRITE_BUFFER_HIGH, low=WRITE_BUFFER_LOW)
         peer = stream.get_extra_info("peername") or ("?", 0)
         local = stream.get_extra_info("sockname") or ("?", 0)
-        self.session = Session(self.broker, asyncio.get_running_loop(), stream, peer, local)
+        self.session = Session(self.broker, self.broker.loop_scheduler, stream, peer, local)
 
     def data_received(self, data: bytes) -> None:
         assert self.session is not None  # asyncio calls connection_made first

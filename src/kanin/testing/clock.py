@@ -2,6 +2,7 @@
 
 It satisfies kanin.core.scheduling.Scheduler. `advance(seconds)` moves time and runs
 every timer that falls due, in order, with the call_soon callbacks they schedule.
+The wall clock moves with it: `wall_clock_ms` is `wall_start` plus the time advanced.
 """
 
 from __future__ import annotations
@@ -23,8 +24,12 @@ class FakeTimer:
 
 
 class FakeScheduler:
-    def __init__(self, start: float = 1000.0) -> None:
+    # 2023-11-14T22:13:20Z: any fixed instant would do, as long as it is not zero.
+    WALL_START = 1_700_000_000.0
+
+    def __init__(self, start: float = 1000.0, wall_start: float = WALL_START) -> None:
         self.now = start
+        self._wall_offset = wall_start - start
         self._soon: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._timers: list[tuple[float, int, FakeTimer, Callable[..., Any], tuple[Any, ...]]] = []
         self._order = itertools.count()
@@ -32,6 +37,9 @@ class FakeScheduler:
 
     def time(self) -> float:
         return self.now
+
+    def wall_clock_ms(self) -> int:
+        return int((self.now + self._wall_offset) * 1000)
 
     def call_soon(self, callback: Callable[..., Any], *args: Any) -> None:
         self._soon.append((callback, args))

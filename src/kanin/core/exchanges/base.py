@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 if TYPE_CHECKING:
-    from kanin.core.queue import Queue
+    from kanin.core.queues import Queue
 
 Destination = Union["Queue", "Exchange"]
 

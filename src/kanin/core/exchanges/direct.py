@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from kanin.core.exchanges.base import Binding, Destination, Exchange
 
 if TYPE_CHECKING:
-    from kanin.core.queue import Queue
+    from kanin.core.queues import Queue
 
 
 class DirectExchange(Exchange):

@@ -51,7 +51,7 @@ from kanin.core.session.transport import SessionTransport
 if TYPE_CHECKING:
     from kanin.core.auth import User
     from kanin.core.broker import Broker
-    from kanin.core.queue import Queue
+    from kanin.core.queues import Queue
     from kanin.core.vhost import VirtualHost
 
 log = logging.getLogger("kanin.core.session")

@@ -1,4 +1,4 @@
-"""A queue: ready messages in order, consumers, and the message lifecycle.
+"""The classic queue: ready messages in order, consumers, and the message lifecycle.
 
 How this works:
 - Every message entering the queue gets the next sequence number; `ready`
@@ -14,38 +14,25 @@ How this works:
   without capacity is parked, off the ring, until its channel reports room again
   (`unpark`), instead of being asked again on every delivery.
 - Message TTL (x-message-ttl, per-message expiration) is enforced at the head, as
-  in RabbitMQ: one timer is armed for the head's expiry, it drops (or dead-letters)
-  the expired messages at the head and re-arms for the next. The work done is
+  in RabbitMQ: one timer (expiry.HeadTimer) is armed for the head's expiry, it drops
+  (or dead-letters) the expired messages at the head and re-arms for the next. The work done is
   proportional to what expires, never a scan of the queue. A message that expired
   behind a longer-lived one is caught when it reaches the head.
-- x-expires deletes the queue after it has been unused (no consumer, no get, no
-  redeclare) for the period; x-max-length(-bytes) with x-overflow bounds it.
+- x-expires (expiry.IdleTimer) deletes the queue after it has been unused (no
+  consumer, no get, no redeclare) for the period; x-max-length(-bytes) with
+  x-overflow bounds it.
 - Messages leaving for good go through `forget` (memory accounting) and, when the
   queue has a dead-letter exchange, through `on_dead_letter`. The memory monitor counts
   each entry the queue holds, ready or unacked, at `entry_cost` (in memory: body,
   encoded header and a fixed overhead; paged out: what its index costs), from `_count`
   until `forget` or `purge`.
-- Deep queues: ready messages are held in memory up to the queue's memory budget
-  (the broker's `queue_memory_budget_bytes`; 0 with x-queue-mode=lazy). Past it, and
-  for as long as any message is paged out, a persistent message of a durable queue
-  keeps only its Entry (order, expiry, size, store id): the store has the rest. When
-  the head is paged out, the queue reads it back with the paged-out entries behind
-  it in one batch, up to the budget (at least PAGE_IN_BYTES_MIN), so consumers are
-  served from memory and reads come in batches; it names the batch after that to the
-  store, which has the kernel fetch it meanwhile. Dead-lettering reads paged-out
-  messages back in batches too; expiring, purging or deleting them reads nothing.
-  Transient messages, and everything in non-durable queues, stay in memory. A message
-  routed to several durable queues is stored once per queue and each pages it on its
-  own: its body leaves memory when the last queue holding it lets go.
-  Recovered messages start paged out; start-up reads no bodies. (core/paging.py picks
-  the batches and reads them.)
+- Deep queues: past the queue's memory budget, persistent messages of a durable queue
+  are paged out and read back in batches from the head (core/paging.py says how).
 """
 
 from __future__ import annotations
 
 import logging
-import time
-from collections import OrderedDict
 from collections.abc import Callable
 from operator import methodcaller
 from typing import TYPE_CHECKING, Any
@@ -60,14 +47,15 @@ from kanin.core.paging import (
     read_back,
 )
 from kanin.core.queue_args import QueueArgs
+from kanin.core.queues.base import ACCEPTED, REFUSED, STORED, Queue
+from kanin.core.queues.expiry import HeadTimer, IdleTimer, ttl_ms
 from kanin.core.ready import FifoReady, PriorityReady, Ready
 from kanin.store.records import queue_key
 
 if TYPE_CHECKING:
     from kanin.core.consumer import Consumer
-    from kanin.core.exchanges import Binding
     from kanin.core.memory import MemoryMonitor
-    from kanin.core.scheduling import Cancellable, Scheduler
+    from kanin.core.scheduling import Scheduler
     from kanin.store.api import MessageStore, Recovered
 
 log = logging.getLogger(__name__)
@@ -75,11 +63,8 @@ log = logging.getLogger(__name__)
 # Deliveries per queue per event-loop turn before yielding to other work.
 DISPATCH_BATCH = 512
 
-# What Queue.publish did with a message.
-REFUSED, ACCEPTED, STORED = 0, 1, 2
 
-
-class Queue:
+class ClassicQueue(Queue):
     def __init__(
         self,
         name: str,
@@ -95,24 +80,22 @@ class Queue:
         store: MessageStore | None = None,
         memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     ) -> None:
-        self.name = name
-        self.vhost = vhost
-        self.durable = durable
-        self.exclusive_owner = exclusive_owner  # the owning connection, or None
-        self.auto_delete = auto_delete
-        self.arguments = arguments or {}
-        self.args = args or QueueArgs()
+        super().__init__(
+            name,
+            vhost,
+            durable=durable,
+            exclusive_owner=exclusive_owner,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            args=args,
+        )
         self.ready: Ready = (
             PriorityReady(self.args.max_priority)
             if self.args.max_priority is not None
             else FifoReady()
         )
-        # Every consumer, in registration order (single active consumer takes the first).
-        self.consumers: OrderedDict[Consumer, None] = OrderedDict()
         self._turns: DispatchRing[Consumer] = DispatchRing()  # whose turn it is
         self._exclusive_consumers = 0
-        self.bindings: dict[tuple[Any, ...], Binding] = {}
-        self.deleted = False
         self.ready_bytes = 0  # body bytes of every ready message (x-max-length-bytes)
         self.memory_budget_bytes = 0 if self.args.lazy else memory_budget_bytes
         self.loaded_bytes = 0  # body bytes of ready messages held in memory
@@ -127,22 +110,15 @@ class Queue:
         self._unsynced: dict[int, list[Entry]] = {}
         self._dispatch_scheduled = False
         self._had_consumer = False
-        self._ttl_timer: Cancellable | None = None
-        self._ttl_due = 0.0
-        self._expires_timer: Cancellable | None = None
+        self._ttl = HeadTimer(scheduler, self._on_ttl_due)
+        expires_ms = self.args.expires_ms
+        self._idle = (
+            None
+            if expires_ms is None
+            else IdleTimer(scheduler, expires_ms / 1000, self._in_use, self._on_idle)
+        )
         self._sac_previous: Consumer | None = None  # a cancelled active consumer still owing
-        self._last_used = scheduler.time()
-        # Set by the vhost.
-        self.on_unused: Callable[[Queue], None] | None = None  # auto-delete, x-expires
-        self.on_dead_letter: Callable[[Queue, list[Entry], str], None] | None = None
         self.touch()
-
-    def __repr__(self) -> str:
-        return f"Queue({self.vhost!r}, {self.name!r})"
-
-    @property
-    def exclusive(self) -> bool:
-        return self.exclusive_owner is not None
 
     @property
     def message_count(self) -> int:
@@ -154,13 +130,15 @@ class Queue:
         """Enqueue: REFUSED (x-overflow reject-publish*), ACCEPTED, or STORED when the
         message went to the store and its publisher's confirm must wait for the disk."""
         size = len(message.body)
-        if self.args.rejects_publish and self._full_for(size):
+        if self.args.rejects_publish and self.args.full_for(
+            len(self.ready), self.ready_bytes, size
+        ):
             return REFUSED
         entry = Entry(message, self._next_seq)
         self._next_seq += 1
-        ttl_ms = self._ttl_ms(message)
-        if ttl_ms is not None:
-            entry.expires_at = self._scheduler.time() + ttl_ms / 1000
+        ttl = ttl_ms(self.args.message_ttl_ms, message.expiration_ms)
+        if ttl is not None:
+            entry.expires_at = self._scheduler.time() + ttl / 1000
         result = ACCEPTED
         if self.store is not None and message.persistent:
             entry.stored_id = self.store.enqueue(
@@ -170,7 +148,7 @@ class Queue:
                 message.header_payload,
                 message.body,
                 priority=message.priority,
-                expires_at_ms=0 if ttl_ms is None else wall_clock_ms() + ttl_ms,
+                expires_at_ms=0 if ttl is None else self._scheduler.wall_clock_ms() + ttl,
             )
             self._await_commit(entry)
             result = STORED
@@ -182,7 +160,7 @@ class Queue:
                 self._count(entry)
                 consumer.channel.deliver(consumer, entry)
                 return result
-        if ttl_ms == 0:
+        if ttl == 0:
             self._count(entry)
             self.dead_letter([entry], "expired")
             return result
@@ -240,7 +218,7 @@ class Queue:
     def restore(self, messages: list[Recovered], all_redelivered: bool = False) -> None:
         """Recovered messages, back in order and paged out, without writing them again:
         the first delivery reads the head back. Expiry is the one stored, on the wall clock."""
-        now, wall_ms = self._scheduler.time(), wall_clock_ms()
+        now, wall_ms = self._scheduler.time(), self._scheduler.wall_clock_ms()
         for recovered in messages:
             entry = Entry(None, self._next_seq, recovered.body_size)
             self._next_seq += 1
@@ -258,12 +236,6 @@ class Queue:
         """x-overflow reject-publish-dlx: the refused message is dead-lettered (maxlen)."""
         if self.args.overflow == "reject-publish-dlx" and self.on_dead_letter is not None:
             self.on_dead_letter(self, [Entry(message, 0)], "maxlen")
-
-    def _ttl_ms(self, message: Message) -> int | None:
-        queue_ttl, message_ttl = self.args.message_ttl_ms, message.expiration_ms
-        if queue_ttl is None:
-            return message_ttl
-        return queue_ttl if message_ttl is None else min(queue_ttl, message_ttl)
 
     def requeue(self, entries: list[Entry]) -> None:
         """Put delivered messages back at their original place, marked redelivered."""
@@ -285,24 +257,11 @@ class Queue:
 
     # -- length limits ------------------------------------------------------------------
 
-    def _full_for(self, incoming_bytes: int) -> bool:
-        args = self.args
-        if args.max_length is not None and self.message_count + 1 > args.max_length:
-            return True
-        limit = args.max_length_bytes
-        return limit is not None and self.ready_bytes + incoming_bytes > limit
-
-    def _over_limit(self) -> bool:
-        args = self.args
-        if args.max_length is not None and self.message_count > args.max_length:
-            return True
-        return args.max_length_bytes is not None and self.ready_bytes > args.max_length_bytes
-
     def _enforce_length(self) -> None:
         """x-overflow drop-head: drop (dead-letter, reason maxlen) from the head until the
         queue is within its limits; for a priority queue the head is the highest priority."""
         dropped = []
-        while self._over_limit():
+        while self.args.over_limit(len(self.ready), self.ready_bytes):
             entry = self._pop()
             assert entry is not None
             dropped.append(entry)
@@ -412,18 +371,10 @@ class Queue:
 
     def _arm_ttl(self) -> None:
         head = self.ready.peek()
-        if head is None or head.expires_at is None:
-            return
-        if self._ttl_timer is not None:
-            if self._ttl_due <= head.expires_at:
-                return
-            self._ttl_timer.cancel()
-        delay = max(0.0, head.expires_at - self._scheduler.time())
-        self._ttl_due = head.expires_at
-        self._ttl_timer = self._scheduler.call_later(delay, self._on_ttl_timer)
+        if head is not None:
+            self._ttl.arm(head.expires_at)
 
-    def _on_ttl_timer(self) -> None:
-        self._ttl_timer = None
+    def _on_ttl_due(self) -> None:
         if not self.deleted:
             self._expire_head()
             self._arm_ttl()
@@ -446,32 +397,22 @@ class Queue:
 
     def touch(self) -> None:
         """The queue was used (declared, got from, consumed from): restart x-expires."""
-        self._last_used = self._scheduler.time()
-        expires_ms = self.args.expires_ms
-        if expires_ms is not None and self._expires_timer is None and not self.deleted:
-            self._expires_timer = self._scheduler.call_later(expires_ms / 1000, self._on_expires)
+        if self._idle is not None and not self.deleted:
+            self._idle.touch()
 
-    def _on_expires(self) -> None:
-        self._expires_timer = None
-        expires_ms = self.args.expires_ms
-        if self.deleted or expires_ms is None:
-            return
-        if self.consumers:
-            self.touch()
-            return
-        idle_s = self._scheduler.time() - self._last_used
-        if idle_s >= expires_ms / 1000:
-            if self.on_unused is not None:
-                self.on_unused(self)
-            return
-        remaining = expires_ms / 1000 - idle_s
-        self._expires_timer = self._scheduler.call_later(remaining, self._on_expires)
+    def _in_use(self) -> bool:
+        return bool(self.consumers)
 
-    def cancel_timers(self) -> None:
-        for timer in (self._ttl_timer, self._expires_timer):
-            if timer is not None:
-                timer.cancel()
-        self._ttl_timer = self._expires_timer = None
+    def _on_idle(self) -> None:
+        if not self.deleted and self.on_unused is not None:
+            self.on_unused(self)
+
+    def delete(self) -> None:
+        """The vhost is deleting the queue: timers stop, dispatch and dead-lettering end."""
+        self.deleted = True
+        self._ttl.cancel()
+        if self._idle is not None:
+            self._idle.cancel()
 
     # -- consumers ----------------------------------------------------------------------
 
@@ -581,8 +522,3 @@ class Queue:
 
 # Looked up on each call, so a test can count has_capacity calls by patching Consumer.
 _has_capacity: Callable[[Consumer], bool] = methodcaller("has_capacity")
-
-
-def wall_clock_ms() -> int:
-    """UNIX time in ms: stored expiry must mean the same after a restart, unlike loop time."""
-    return int(time.time() * 1000)

@@ -1,0 +1,67 @@
+"""Queue types: one interface, one module per type, one factory choosing between them.
+
+How this works:
+- `base.Queue` is everything the rest of the broker may call on a queue: channels,
+  handlers, routing, dead-lettering and persistence name only it. It holds what every
+  type shares (name, flags, arguments, consumers, bindings); each method is abstract.
+- `classic.ClassicQueue` is the only type today: ready messages in order (core/ready.py),
+  length limits, paging to the store (core/paging.py), consumer choice
+  (core/dispatch.py) and the timers of `expiry.py`.
+- `create` picks the type from the declared x-queue-type (already validated by
+  core/queue_args.py). A new type is a module here subclassing `base.Queue`, and
+  one entry in TYPES.
+- A type reads time only from the scheduler it is given, never the system clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kanin.core.queues.base import ACCEPTED, REFUSED, STORED, Queue
+from kanin.core.queues.classic import ClassicQueue
+
+if TYPE_CHECKING:
+    from kanin.core.memory import MemoryMonitor
+    from kanin.core.queue_args import QueueArgs
+    from kanin.core.scheduling import Scheduler
+    from kanin.store.api import MessageStore
+
+__all__ = ["ACCEPTED", "REFUSED", "STORED", "TYPES", "ClassicQueue", "Queue", "create"]
+
+# x-queue-type -> the class. Types RabbitMQ has and kanin not yet are refused earlier,
+# when the arguments are parsed.
+TYPES: dict[str, Callable[..., Queue]] = {"classic": ClassicQueue}
+
+
+def create(
+    name: str,
+    vhost: str,
+    scheduler: Scheduler,
+    memory: MemoryMonitor,
+    *,
+    durable: bool,
+    exclusive_owner: object | None,
+    auto_delete: bool,
+    arguments: dict[str, Any],
+    args: QueueArgs,
+    store: MessageStore | None,
+    memory_budget_bytes: int,
+) -> Queue:
+    """A new queue of the type its arguments ask for (classic when they do not say)."""
+    kind = arguments.get("x-queue-type") or "classic"
+    if isinstance(kind, bytes):
+        kind = kind.decode()
+    return TYPES[kind](
+        name,
+        vhost,
+        scheduler,
+        memory,
+        durable=durable,
+        exclusive_owner=exclusive_owner,
+        auto_delete=auto_delete,
+        arguments=arguments,
+        args=args,
+        store=store,
+        memory_budget_bytes=memory_budget_bytes,
+    )

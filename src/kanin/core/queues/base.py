@@ -1,0 +1,138 @@
+"""What the rest of the broker may ask of a queue, whatever its type.
+
+Channels, handlers, routing (vhost, exchanges), dead-lettering and persistence hold a
+`Queue` and call only what is declared here; how a type orders, stores, pages, expires
+and dispatches its messages is its own business. Each method says who calls it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from kanin.core.queue_args import QueueArgs
+
+if TYPE_CHECKING:
+    from kanin.core.consumer import Consumer
+    from kanin.core.exchanges import Binding
+    from kanin.core.message import Entry, Message
+    from kanin.store.api import Recovered
+
+# What Queue.publish did with a message.
+REFUSED, ACCEPTED, STORED = 0, 1, 2
+
+
+class Queue(ABC):
+    """A queue's identity is common to every type; its behaviour is each type's own."""
+
+    def __init__(
+        self,
+        name: str,
+        vhost: str,
+        *,
+        durable: bool = False,
+        exclusive_owner: object | None = None,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        args: QueueArgs | None = None,
+    ) -> None:
+        self.name = name
+        self.vhost = vhost
+        self.durable = durable
+        self.exclusive_owner = exclusive_owner  # the owning connection, or None
+        self.auto_delete = auto_delete
+        self.arguments = arguments or {}
+        self.args = args or QueueArgs()
+        # Every consumer, in registration order (single active consumer takes the first).
+        self.consumers: OrderedDict[Consumer, None] = OrderedDict()
+        self.bindings: dict[tuple[Any, ...], Binding] = {}  # kept by the vhost
+        self.deleted = False  # set by `delete`
+        # Set by the vhost: auto-delete and x-expires, and where dead letters go.
+        self.on_unused: Callable[[Queue], None] | None = None
+        self.on_dead_letter: Callable[[Queue, list[Entry], str], None] | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.vhost!r}, {self.name!r})"
+
+    @property
+    def exclusive(self) -> bool:
+        return self.exclusive_owner is not None
+
+    @property
+    @abstractmethod
+    def message_count(self) -> int:
+        """Ready messages: declare-ok, get-ok, purge and delete (vhost, handlers)."""
+
+    @abstractmethod
+    def publish(self, message: Message) -> int:
+        """Routing and dead-lettering: enqueue; REFUSED, ACCEPTED or STORED (confirm waits)."""
+
+    @abstractmethod
+    def reject_publish_dead_letter(self, message: Message) -> None:
+        """Publishing, after REFUSED: x-overflow reject-publish-dlx dead-letters it."""
+
+    @abstractmethod
+    def restore(self, messages: list[Recovered], all_redelivered: bool = False) -> None:
+        """Persistence at start-up: recovered messages back in order, not written again."""
+
+    @abstractmethod
+    def take(self) -> Entry | None:
+        """basic.get: remove and return the next live message, in memory, or None."""
+
+    @abstractmethod
+    def requeue(self, entries: list[Entry]) -> None:
+        """Channel (reject, nack, recover, close): delivered messages back, redelivered."""
+
+    @abstractmethod
+    def forget(self, entry: Entry) -> None:
+        """Channel and basic.get: the message left for good (acked, or sent without ack)."""
+
+    @abstractmethod
+    def note_delivered(self, entry: Entry) -> None:
+        """Channel and basic.get: sent with an ack pending (redelivered after a crash)."""
+
+    @abstractmethod
+    def dead_letter(self, entries: list[Entry], reason: str) -> None:
+        """Channel (reject/nack without requeue): the messages leave, via the DLX if any."""
+
+    @abstractmethod
+    def purge(self) -> int:
+        """queue.purge and the vhost deleting the queue: drop every ready message."""
+
+    @abstractmethod
+    def touch(self) -> None:
+        """Vhost (redeclare), basic.get, basic.consume: the queue was used (x-expires)."""
+
+    @abstractmethod
+    def add_consumer(self, consumer: Consumer) -> None:
+        """Channel on basic.consume: a consumer joins and dispatch starts."""
+
+    @abstractmethod
+    def remove_consumer(self, consumer: Consumer) -> None:
+        """Channel on cancel or close: a consumer leaves (may auto-delete the queue)."""
+
+    @abstractmethod
+    def has_exclusive_consumer(self) -> bool:
+        """basic.consume: is another consumer holding the queue exclusively?"""
+
+    @abstractmethod
+    def unpark(self, consumer: Consumer) -> None:
+        """Channel, when a consumer it parked has room again: give it its turns back."""
+
+    @abstractmethod
+    def schedule_dispatch(self) -> None:
+        """Channel, after acks free capacity: hand out messages on the next turn."""
+
+    @abstractmethod
+    def dispatch_now(self) -> None:
+        """Channel, requeueing one consumer's deliveries at a time: hand them out now."""
+
+    @abstractmethod
+    def delete(self) -> None:
+        """Vhost, first thing when deleting the queue: no timer fires nor dispatch runs."""
+
+    @abstractmethod
+    def drop_consumers(self) -> None:
+        """Vhost, last thing when deleting the queue: forget consumers (channels were told)."""

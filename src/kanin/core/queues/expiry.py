@@ -1,0 +1,93 @@
+"""Queue timers: message TTL at the head, and x-expires for an unused queue.
+
+Both are one timer each, whatever the queue holds. Time is the scheduler's: loop
+time for deadlines, its wall clock for expiry that must survive a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from kanin.core.scheduling import Cancellable, Scheduler
+
+
+def ttl_ms(queue_ttl: int | None, message_ttl: int | None) -> int | None:
+    """The message's time to live: the shorter of the queue's and its own, if any."""
+    if queue_ttl is None:
+        return message_ttl
+    return queue_ttl if message_ttl is None else min(queue_ttl, message_ttl)
+
+
+class HeadTimer:
+    """One timer for the earliest deadline asked for: re-armed only for an earlier one,
+    so arming for every new head costs nothing while the head is unchanged."""
+
+    def __init__(self, scheduler: Scheduler, on_due: Callable[[], None]) -> None:
+        self._scheduler = scheduler
+        self._on_due = on_due
+        self._timer: Cancellable | None = None
+        self._due = 0.0
+
+    def arm(self, expires_at: float | None) -> None:
+        """Call on_due at expires_at (loop time) unless already armed for earlier."""
+        if expires_at is None:
+            return
+        if self._timer is not None:
+            if self._due <= expires_at:
+                return
+            self._timer.cancel()
+        delay = max(0.0, expires_at - self._scheduler.time())
+        self._due = expires_at
+        self._timer = self._scheduler.call_later(delay, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._on_due()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+class IdleTimer:
+    """x-expires: on_idle once the queue has gone `period_s` without use. Uses only
+    restart the clock; the timer wakes at most once per period to compare."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        period_s: float,
+        in_use: Callable[[], bool],
+        on_idle: Callable[[], None],
+    ) -> None:
+        self._scheduler = scheduler
+        self._period_s = period_s
+        self._in_use = in_use  # a queue with consumers is in use however long it is idle
+        self._on_idle = on_idle
+        self._timer: Cancellable | None = None
+        self._last_used = scheduler.time()
+
+    def touch(self) -> None:
+        """The queue was used: restart the period."""
+        self._last_used = self._scheduler.time()
+        if self._timer is None:
+            self._timer = self._scheduler.call_later(self._period_s, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        if self._in_use():
+            self.touch()
+            return
+        idle_s = self._scheduler.time() - self._last_used
+        if idle_s >= self._period_s:
+            self._on_idle()
+            return
+        self._timer = self._scheduler.call_later(self._period_s - idle_s, self._check)
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None

@@ -1,0 +1,30 @@
+"""The core's Scheduler on top of an asyncio loop: the loop's timers and monotonic clock,
+and the one wall-clock read the broker makes (the core has none of its own)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+class LoopScheduler:
+    """kanin.core.scheduling.Scheduler for a running asyncio loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+
+    def call_soon(self, callback: Callable[..., Any], *args: Any) -> asyncio.Handle:
+        return self.loop.call_soon(callback, *args)
+
+    def call_later(
+        self, delay: float, callback: Callable[..., Any], *args: Any
+    ) -> asyncio.TimerHandle:
+        return self.loop.call_later(delay, callback, *args)
+
+    def time(self) -> float:
+        return self.loop.time()
+
+    def wall_clock_ms(self) -> int:
+        return int(time.time() * 1000)
