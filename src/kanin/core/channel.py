@@ -38,6 +38,7 @@ from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
 from kanin.core.message import Entry, Message
 from kanin.core.queues import Queue
+from kanin.core.reply_to import ReplyConsumer
 from kanin.core.unacked import Unacked, UnackedLedger
 
 if TYPE_CHECKING:
@@ -79,8 +80,7 @@ class Channel:
         self.awaiting_disk: list[int] = []  # confirm seqs to settle after the next commit
         self.tx: list[tuple[str, Any]] | None = None  # buffered publishes/acks in tx mode
         self.last_queue_name = ""
-        self.reply_key: str | None = None  # direct reply-to consumer, if any
-        self.reply_consumer_tag = ""
+        self.reply: ReplyConsumer | None = None  # set and cleared by reply_to.ReplyRegistry
 
     # -- frames in ----------------------------------------------------------------
 
@@ -211,20 +211,6 @@ class Channel:
         parts += encode_content(self.id, message.header_payload, message.body, self.port.frame_max)
         self.port.send_parts(parts)
 
-    def deliver_reply(self, message: Message) -> None:
-        """A direct reply-to response: no queue, no ack, straight to the waiting consumer."""
-        # RabbitMQ 3.10 stamps a reply with the channel's next tag without using it up.
-        tag = self.unacked.peek_tag()
-        method = build(
-            commands.Basic.Deliver,
-            consumer_tag=self.reply_consumer_tag,
-            delivery_tag=tag,
-            redelivered=False,
-            exchange=message.exchange,
-            routing_key=message.routing_key,
-        )
-        self.send_content(method, message)
-
     # -- acknowledgements ---------------------------------------------------------
 
     def apply_settled(self, records: list[Unacked], requeue: bool | None) -> None:
@@ -320,8 +306,8 @@ class Channel:
         consumer = self.consumers.pop(tag, None)
         if consumer is not None:
             consumer.queue.remove_consumer(consumer)
-        elif tag == self.reply_consumer_tag and self.reply_key is not None:
-            self._drop_reply_consumer()
+        elif self.reply is not None and tag == self.reply.tag:
+            self.port.broker.replies.cancel(self)
 
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The queue went away: tell the client, if it asked to be told."""
@@ -331,12 +317,6 @@ class Channel:
         capabilities = self.port.client_capabilities
         if not self.closing and capabilities.get("consumer_cancel_notify"):
             self.send_method(build(commands.Basic.Cancel, consumer_tag=consumer.tag, nowait=True))
-
-    def _drop_reply_consumer(self) -> None:
-        if self.reply_key is not None:
-            self.port.broker.reply_channels.pop(self.reply_key, None)
-        self.reply_key = None
-        self.reply_consumer_tag = ""
 
     # -- closing ------------------------------------------------------------------
 
@@ -348,7 +328,7 @@ class Channel:
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
         self.parked.clear()
-        self._drop_reply_consumer()
+        self.port.broker.replies.cancel(self)
         uncommitted = [r for kind, args in (self.tx or []) if kind == "settle" for r in args[0]]
         self.tx = None
         self.unacked.restore(uncommitted)

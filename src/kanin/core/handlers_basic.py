@@ -10,11 +10,12 @@ from pamqp import commands
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError, ConnectionError_
 from kanin.amqp.methods import build
+from kanin.core import reply_to
 from kanin.core.channel import Channel, handles
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
 from kanin.core.permissions import check_permission
-from kanin.core.publishing import REPLY_TO, new_reply_key, route_and_enqueue
+from kanin.core.publishing import route_and_enqueue
 from kanin.core.unacked import Unacked
 
 
@@ -43,7 +44,7 @@ def basic_qos(channel: Channel, method: commands.Basic.Qos) -> None:
 
 @handles(commands.Basic.Consume)
 def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
-    if method.queue == REPLY_TO:
+    if reply_to.is_pseudo_queue(method.queue):
         _consume_reply_to(channel, method)
         return
     name = _queue_name(channel, method.queue)
@@ -73,20 +74,16 @@ def _consumer_tag(channel: Channel, method: commands.Basic.Consume) -> str:
     """The client's tag, or a server-made `amq.ctag-...`; reusing a tag on the channel
     closes the connection with 530, as in RabbitMQ."""
     tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
-    if tag in channel.consumers or tag == channel.reply_consumer_tag:
+    if tag in channel.consumers or (channel.reply is not None and tag == channel.reply.tag):
         raise ConnectionError_(C.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
     return tag
 
 
 def _consume_reply_to(channel: Channel, method: commands.Basic.Consume) -> None:
-    if not method.no_ack:
-        raise ChannelError(C.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
-    if channel.reply_key is not None:
-        raise ChannelError(C.PRECONDITION_FAILED, "reply consumer already set")
+    replies = channel.port.broker.replies
+    replies.check_consume(channel, method.no_ack)
     tag = _consumer_tag(channel, method)
-    channel.reply_key = new_reply_key()
-    channel.reply_consumer_tag = tag
-    channel.port.broker.reply_channels[channel.reply_key] = channel
+    replies.consume(channel, tag)
     if not method.nowait:
         channel.send_method(build(commands.Basic.ConsumeOk, consumer_tag=tag))
 

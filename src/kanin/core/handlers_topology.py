@@ -10,7 +10,6 @@ from kanin.amqp.methods import build
 from kanin.core.channel import Channel, handles
 from kanin.core.exchanges import Destination
 from kanin.core.permissions import authorizer, check_permission
-from kanin.core.publishing import REPLY_TO, is_reply_to_name
 
 
 @handles(commands.Exchange.Declare)
@@ -66,11 +65,9 @@ def exchange_bind(
 @handles(commands.Queue.Declare)
 def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
     vhost, port = channel.vhost, channel.port
-    if is_reply_to_name(method.queue, port.broker) and (method.passive or method.queue == REPLY_TO):
-        # RabbitMQ 3.10 answers as if the pseudo-queue had one consumer.
-        channel.send_method(
-            build(commands.Queue.DeclareOk, queue=method.queue, message_count=0, consumer_count=1)
-        )
+    reply_declare_ok = port.broker.replies.declare_ok(method.queue, method.passive)
+    if reply_declare_ok is not None:
+        channel.send_method(reply_declare_ok)
         return
     if method.passive:
         queue = vhost.get_queue(method.queue, port)
