@@ -42,7 +42,7 @@ from kanin.core.reply_to import ReplyConsumer
 from kanin.core.unacked import Unacked, UnackedLedger
 
 if TYPE_CHECKING:
-    from kanin.core.ports import ConnectionPort
+    from kanin.core.ports import ChannelServices, ConnectionPort
 
 log = logging.getLogger(__name__)
 
@@ -60,14 +60,13 @@ def handles(*method_classes: type) -> Callable[[Handler], Handler]:
 
 
 class Channel:
-    def __init__(self, channel_id: int, port: ConnectionPort) -> None:
+    def __init__(self, channel_id: int, port: ConnectionPort, services: ChannelServices) -> None:
         self.id = channel_id
         self.port = port
-        self.vhost = port.vhost
+        self.services = services
+        self.vhost = services.vhost
         self.closing = False
-        self.assembler = ContentAssembler(
-            port.broker.config.max_message_size_bytes, port.assembly_limit
-        )
+        self.assembler = ContentAssembler(services.max_message_bytes, port.assembly_limit)
         self.unacked = UnackedLedger()
         self.consumers: dict[str, Consumer] = {}
         self.consumer_prefetch = 0  # basic.qos global=false: for consumers created later
@@ -150,7 +149,7 @@ class Channel:
             return
         if self.awaiting_disk:
             seqs, self.awaiting_disk = self.awaiting_disk, []
-            store = self.port.broker.store
+            store = self.services.store
             assert store is not None
             store.after_commit(lambda ok: self._on_disk(seqs, ok))
         self.send_confirms()
@@ -307,7 +306,7 @@ class Channel:
         if consumer is not None:
             consumer.queue.remove_consumer(consumer)
         elif self.reply is not None and tag == self.reply.tag:
-            self.port.broker.replies.cancel(self)
+            self.services.replies.cancel(self)
 
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The queue went away: tell the client, if it asked to be told."""
@@ -328,7 +327,7 @@ class Channel:
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
         self.parked.clear()
-        self.port.broker.replies.cancel(self)
+        self.services.replies.cancel(self)
         uncommitted = [r for kind, args in (self.tx or []) if kind == "settle" for r in args[0]]
         self.tx = None
         self.unacked.restore(uncommitted)

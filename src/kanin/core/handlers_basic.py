@@ -48,7 +48,7 @@ def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
         _consume_reply_to(channel, method)
         return
     name = _queue_name(channel, method.queue)
-    check_permission(channel.port, "read", "queue", name)
+    check_permission(channel.services, "read", "queue", name)
     queue = channel.vhost.get_queue(name, channel.port)
     tag = _consumer_tag(channel, method)
     if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
@@ -80,7 +80,7 @@ def _consumer_tag(channel: Channel, method: commands.Basic.Consume) -> str:
 
 
 def _consume_reply_to(channel: Channel, method: commands.Basic.Consume) -> None:
-    replies = channel.port.broker.replies
+    replies = channel.services.replies
     replies.check_consume(channel, method.no_ack)
     tag = _consumer_tag(channel, method)
     replies.consume(channel, tag)
@@ -98,7 +98,7 @@ def basic_cancel(channel: Channel, method: commands.Basic.Cancel) -> None:
 @handles(commands.Basic.Get)
 def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
     name = _queue_name(channel, method.queue)
-    check_permission(channel.port, "read", "queue", name)
+    check_permission(channel.services, "read", "queue", name)
     queue = channel.vhost.get_queue(name, channel.port)
     queue.touch()
     entry = queue.take()
@@ -190,7 +190,7 @@ def tx_commit(channel: Channel, method: commands.Tx.Commit) -> None:
             route_and_enqueue(channel, *args)
         else:
             channel.apply_settled(*args)
-    store = channel.port.broker.store
+    store = channel.services.store
     if store is None:
         channel.send_method(build(commands.Tx.CommitOk))
         return

@@ -22,7 +22,7 @@ def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> Non
         auto_delete=method.auto_delete,
         internal=method.internal,
         arguments=method.arguments or {},
-        authorize=None if method.passive else authorizer(channel.port),
+        authorize=None if method.passive else authorizer(channel.services),
     )
     if not method.nowait:
         channel.send_definition_reply(build(commands.Exchange.DeclareOk))
@@ -31,7 +31,7 @@ def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> Non
 @handles(commands.Exchange.Delete)
 def exchange_delete(channel: Channel, method: commands.Exchange.Delete) -> None:
     channel.vhost.delete_exchange(
-        method.exchange, method.if_unused, authorize=authorizer(channel.port)
+        method.exchange, method.if_unused, authorize=authorizer(channel.services)
     )
     if not method.nowait:
         channel.send_definition_reply(build(commands.Exchange.DeleteOk))
@@ -42,10 +42,10 @@ def exchange_bind(
     channel: Channel, method: commands.Exchange.Bind | commands.Exchange.Unbind
 ) -> None:
     vhost = channel.vhost
-    check_permission(channel.port, "write", "exchange", method.destination)
+    check_permission(channel.services, "write", "exchange", method.destination)
     if method.destination == "" or method.source == "":
         raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
-    check_permission(channel.port, "read", "exchange", method.source)
+    check_permission(channel.services, "read", "exchange", method.source)
     binding = isinstance(method, commands.Exchange.Bind)
     destination: Destination | None
     if binding:
@@ -65,7 +65,7 @@ def exchange_bind(
 @handles(commands.Queue.Declare)
 def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
     vhost, port = channel.vhost, channel.port
-    reply_declare_ok = port.broker.replies.declare_ok(method.queue, method.passive)
+    reply_declare_ok = channel.services.replies.declare_ok(method.queue, method.passive)
     if reply_declare_ok is not None:
         channel.send_method(reply_declare_ok)
         return
@@ -81,7 +81,7 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
             exclusive=method.exclusive,
             auto_delete=method.auto_delete,
             arguments=method.arguments or {},
-            authorize=authorizer(port),
+            authorize=authorizer(channel.services),
         )
     if queue.exclusive_owner is port:
         port.exclusive_queues.add(queue)
@@ -101,10 +101,10 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
 def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Unbind) -> None:
     vhost, port = channel.vhost, channel.port
     name = method.queue or channel.last_queue_name
-    check_permission(port, "write", "queue", name)
+    check_permission(channel.services, "write", "queue", name)
     if method.exchange == "":
         raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
-    check_permission(port, "read", "exchange", method.exchange)
+    check_permission(channel.services, "read", "exchange", method.exchange)
     arguments = method.arguments or {}
     if isinstance(method, commands.Queue.Bind):
         vhost.get_exchange(method.exchange)  # RabbitMQ reports a missing exchange first
@@ -126,7 +126,7 @@ def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Un
 @handles(commands.Queue.Purge)
 def queue_purge(channel: Channel, method: commands.Queue.Purge) -> None:
     name = method.queue or channel.last_queue_name
-    check_permission(channel.port, "read", "queue", name)
+    check_permission(channel.services, "read", "queue", name)
     queue = channel.vhost.get_queue(name, channel.port)
     count = queue.purge()
     if not method.nowait:
@@ -137,7 +137,7 @@ def queue_purge(channel: Channel, method: commands.Queue.Purge) -> None:
 def queue_delete(channel: Channel, method: commands.Queue.Delete) -> None:
     vhost = channel.vhost
     name = method.queue or channel.last_queue_name
-    check_permission(channel.port, "configure", "queue", name)
+    check_permission(channel.services, "configure", "queue", name)
     queue = vhost.queues.get(name)
     if queue is None:
         # RabbitMQ 3.x answers delete-ok for a queue that does not exist.

@@ -36,7 +36,7 @@ def publish(channel: Channel, content: Content) -> None:
     if method.immediate:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "immediate=true")
     vhost = channel.vhost
-    check_permission(channel.port, "write", "exchange", method.exchange)
+    check_permission(channel.services, "write", "exchange", method.exchange)
     exchange = vhost.exchanges.get(method.exchange)
     if exchange is None:
         raise vhost.exchange_not_found(method.exchange)
@@ -47,11 +47,11 @@ def publish(channel: Channel, content: Content) -> None:
         )
     properties = decode_properties(content.header.payload)
     user_id = properties.user_id
-    if user_id and user_id != channel.port.user.name:
+    user = channel.services.user
+    if user_id and user_id != user.name:
         raise ChannelError(
             C.PRECONDITION_FAILED,
-            f"user_id property set to '{user_id}' but authenticated user was "
-            f"'{channel.port.user.name}'",
+            f"user_id property set to '{user_id}' but authenticated user was '{user.name}'",
         )
     header_payload = content.header.payload
     extra_keys = sender_selected_keys(properties.headers)
@@ -82,7 +82,7 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
     vhost = channel.vhost
     routed = refused = stored = False
     if reply_to.is_addressed(message.exchange, message.routing_key):
-        routed = channel.port.broker.replies.deliver(message)
+        routed = channel.services.replies.deliver(message)
     else:
         exchange = vhost.exchanges.get(message.exchange)
         queues = (
