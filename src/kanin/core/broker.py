@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kanin.config import BrokerConfig, PermissionSpec
-from kanin.core import handlers_basic, handlers_topology  # noqa: F401  (register handlers)
 from kanin.core.alarms import Alarms
 from kanin.core.auth import Permission, UserStore
 from kanin.core.memory import MemoryMonitor, RssReader

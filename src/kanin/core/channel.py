@@ -3,11 +3,12 @@
 Rules of this file:
 - A channel is OPEN until it or its peer starts closing; while CLOSING it ignores
   everything but channel.close / channel.close-ok, as the spec asks.
-- Handlers live beside this file (handlers_*.py) and are looked up by method class;
-  they import Channel and register with @handles when core/broker.py imports them
-  (so this module imports none of them: no import cycle);
+- Handlers live beside this file (handlers_*.py) and are looked up by method class in
+  the table of channel_methods.py, the channel's whole method surface;
   they raise AMQPError, which the connection turns into channel.close or
   connection.close. They never write to the socket except through the port.
+- What the channel uses of the broker comes in its constructor (ChannelServices), and
+  direct reply-to is reply_to.py's: a channel only holds its reply consumer.
 - Deliveries go out as soon as a queue dispatches; confirms are coalesced and go
   out at the end of the event-loop turn (see ConfirmLedger.drain), except that a
   returned publish's goes out right behind its basic.return (publishing.py).
@@ -16,7 +17,6 @@ Rules of this file:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -34,9 +34,11 @@ from kanin.amqp.methods import (
     encode_deliver_head,
     encode_method,
 )
+from kanin.core.channel_methods import HANDLERS
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
 from kanin.core.message import Entry, Message
+from kanin.core.publishing import publish
 from kanin.core.queues import Queue
 from kanin.core.reply_to import ReplyConsumer
 from kanin.core.unacked import Unacked, UnackedLedger
@@ -45,18 +47,6 @@ if TYPE_CHECKING:
     from kanin.core.ports import ChannelServices, ConnectionPort
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[["Channel", Any], None]
-HANDLERS: dict[type, Handler] = {}
-
-
-def handles(*method_classes: type) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for cls in method_classes:
-            HANDLERS[cls] = fn
-        return fn
-
-    return register
 
 
 class Channel:
@@ -367,6 +357,3 @@ def _groups_in_requeue_order(records: list[Unacked]) -> list[tuple[Queue, list[U
         groups[key]
         for key in sorted(groups, key=lambda k: (groups[k][0].name, k[1] is not None, k[1] or ""))
     ]
-
-
-from kanin.core.publishing import publish  # noqa: E402

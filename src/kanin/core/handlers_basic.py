@@ -1,9 +1,11 @@
-"""basic.*, confirm.* and tx.* handlers: consuming, acknowledging, confirming."""
+"""basic.*, confirm.*, tx.* and channel.flow handlers: consuming, acknowledging,
+confirming. channel_methods.py says which method each of them handles.
+"""
 
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
@@ -11,12 +13,14 @@ from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError, ConnectionError_
 from kanin.amqp.methods import build
 from kanin.core import reply_to
-from kanin.core.channel import Channel, handles
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
 from kanin.core.permissions import check_permission
 from kanin.core.publishing import route_and_enqueue
 from kanin.core.unacked import Unacked
+
+if TYPE_CHECKING:
+    from kanin.core.channel import Channel
 
 
 def _queue_name(channel: Channel, name: str) -> str:
@@ -28,7 +32,6 @@ def _queue_name(channel: Channel, name: str) -> str:
     return channel.last_queue_name
 
 
-@handles(commands.Basic.Qos)
 def basic_qos(channel: Channel, method: commands.Basic.Qos) -> None:
     if method.prefetch_size:
         raise ConnectionError_(C.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
@@ -42,7 +45,6 @@ def basic_qos(channel: Channel, method: commands.Basic.Qos) -> None:
     channel.send_method(build(commands.Basic.QosOk))
 
 
-@handles(commands.Basic.Consume)
 def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
     if reply_to.is_pseudo_queue(method.queue):
         _consume_reply_to(channel, method)
@@ -88,14 +90,12 @@ def _consume_reply_to(channel: Channel, method: commands.Basic.Consume) -> None:
         channel.send_method(build(commands.Basic.ConsumeOk, consumer_tag=tag))
 
 
-@handles(commands.Basic.Cancel)
 def basic_cancel(channel: Channel, method: commands.Basic.Cancel) -> None:
     channel.cancel_consumer(method.consumer_tag or "")
     if not method.nowait:
         channel.send_method(build(commands.Basic.CancelOk, consumer_tag=method.consumer_tag))
 
 
-@handles(commands.Basic.Get)
 def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
     name = _queue_name(channel, method.queue)
     check_permission(channel.services, "read", "queue", name)
@@ -126,17 +126,14 @@ def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
     )
 
 
-@handles(commands.Basic.Ack)
 def basic_ack(channel: Channel, method: commands.Basic.Ack) -> None:
     _settle(channel, method.delivery_tag, method.multiple, None)
 
 
-@handles(commands.Basic.Nack)
 def basic_nack(channel: Channel, method: commands.Basic.Nack) -> None:
     _settle(channel, method.delivery_tag, method.multiple, method.requeue)
 
 
-@handles(commands.Basic.Reject)
 def basic_reject(channel: Channel, method: commands.Basic.Reject) -> None:
     _settle(channel, method.delivery_tag or 0, False, method.requeue)
 
@@ -151,7 +148,6 @@ def _settle(channel: Channel, tag: int, multiple: bool, requeue: bool | None) ->
     channel.apply_settled(records, requeue)
 
 
-@handles(commands.Basic.Recover, commands.Basic.RecoverAsync)
 def basic_recover(channel: Channel, method: Any) -> None:
     if not method.requeue:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "requeue=false")
@@ -161,7 +157,6 @@ def basic_recover(channel: Channel, method: Any) -> None:
     channel.recover()
 
 
-@handles(commands.Confirm.Select)
 def confirm_select(channel: Channel, method: commands.Confirm.Select) -> None:
     if channel.tx is not None:
         raise ChannelError(C.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
@@ -171,7 +166,6 @@ def confirm_select(channel: Channel, method: commands.Confirm.Select) -> None:
         channel.send_method(build(commands.Confirm.SelectOk))
 
 
-@handles(commands.Tx.Select)
 def tx_select(channel: Channel, method: commands.Tx.Select) -> None:
     if channel.confirms is not None:
         raise ChannelError(C.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
@@ -180,7 +174,6 @@ def tx_select(channel: Channel, method: commands.Tx.Select) -> None:
     channel.send_method(build(commands.Tx.SelectOk))
 
 
-@handles(commands.Tx.Commit)
 def tx_commit(channel: Channel, method: commands.Tx.Commit) -> None:
     if channel.tx is None:
         raise ChannelError(C.PRECONDITION_FAILED, "channel is not transactional")
@@ -207,7 +200,6 @@ def tx_commit(channel: Channel, method: commands.Tx.Commit) -> None:
     store.after_commit(committed)
 
 
-@handles(commands.Tx.Rollback)
 def tx_rollback(channel: Channel, method: commands.Tx.Rollback) -> None:
     if channel.tx is None:
         raise ChannelError(C.PRECONDITION_FAILED, "channel is not transactional")
@@ -218,7 +210,6 @@ def tx_rollback(channel: Channel, method: commands.Tx.Rollback) -> None:
     channel.send_method(build(commands.Tx.RollbackOk))
 
 
-@handles(commands.Channel.Flow)
 def channel_flow(channel: Channel, method: commands.Channel.Flow) -> None:
     if not method.active:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "active=false")

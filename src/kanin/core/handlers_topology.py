@@ -1,18 +1,24 @@
-"""exchange.* and queue.* handlers: translate methods to vhost operations and reply."""
+"""exchange.* and queue.* handlers: translate methods to vhost operations and reply.
+
+channel_methods.py says which method each of them handles.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from pamqp import commands
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError
 from kanin.amqp.methods import build
-from kanin.core.channel import Channel, handles
 from kanin.core.exchanges import Destination
 from kanin.core.permissions import authorizer, check_permission
 
+if TYPE_CHECKING:
+    from kanin.core.channel import Channel
 
-@handles(commands.Exchange.Declare)
+
 def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> None:
     channel.vhost.declare_exchange(
         method.exchange,
@@ -28,7 +34,6 @@ def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> Non
         channel.send_definition_reply(build(commands.Exchange.DeclareOk))
 
 
-@handles(commands.Exchange.Delete)
 def exchange_delete(channel: Channel, method: commands.Exchange.Delete) -> None:
     channel.vhost.delete_exchange(
         method.exchange, method.if_unused, authorize=authorizer(channel.services)
@@ -37,7 +42,6 @@ def exchange_delete(channel: Channel, method: commands.Exchange.Delete) -> None:
         channel.send_definition_reply(build(commands.Exchange.DeleteOk))
 
 
-@handles(commands.Exchange.Bind, commands.Exchange.Unbind)
 def exchange_bind(
     channel: Channel, method: commands.Exchange.Bind | commands.Exchange.Unbind
 ) -> None:
@@ -62,7 +66,6 @@ def exchange_bind(
         )
 
 
-@handles(commands.Queue.Declare)
 def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
     vhost, port = channel.vhost, channel.port
     reply_declare_ok = channel.services.replies.declare_ok(method.queue, method.passive)
@@ -97,7 +100,6 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
         )
 
 
-@handles(commands.Queue.Bind, commands.Queue.Unbind)
 def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Unbind) -> None:
     vhost, port = channel.vhost, channel.port
     name = method.queue or channel.last_queue_name
@@ -123,7 +125,6 @@ def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Un
     channel.send_definition_reply(build(commands.Queue.UnbindOk))
 
 
-@handles(commands.Queue.Purge)
 def queue_purge(channel: Channel, method: commands.Queue.Purge) -> None:
     name = method.queue or channel.last_queue_name
     check_permission(channel.services, "read", "queue", name)
@@ -133,7 +134,6 @@ def queue_purge(channel: Channel, method: commands.Queue.Purge) -> None:
         channel.send_method(build(commands.Queue.PurgeOk, message_count=count))
 
 
-@handles(commands.Queue.Delete)
 def queue_delete(channel: Channel, method: commands.Queue.Delete) -> None:
     vhost = channel.vhost
     name = method.queue or channel.last_queue_name
