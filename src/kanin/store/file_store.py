@@ -148,7 +148,7 @@ class FileStore:
             return
         self._pending.pop(message_id, None)
         self._delivered.discard(message_id)
-        self._place(records.encode_simple(records.REMOVE, message_id, queue))
+        self._place(records.encode_simple(records.REMOVE, message_id, queue), lazy=True)
         segment = location >> _SEGMENT_SHIFT
         state = self._live[segment]
         state.live -= 1
@@ -299,7 +299,7 @@ class FileStore:
         # Written every time it is asked for: a mark lost in a failed round is written again.
         if message_id in self._where:
             self._delivered.add(message_id)
-            self._place(records.encode_simple(records.DELIVERED, message_id, queue))
+            self._place(records.encode_simple(records.DELIVERED, message_id, queue), lazy=True)
 
     def after_commit(self, waiter: Waiter) -> None:
         self._committer.after_commit(waiter)
@@ -307,8 +307,9 @@ class FileStore:
     def pending_round(self) -> int:
         return self._committer.pending_round
 
-    def _place(self, data: bytes, message_id: int = 0) -> int:
-        """Choose the segment for a record (a new one past the size limit) and queue it."""
+    def _place(self, data: bytes, message_id: int = 0, *, lazy: bool = False) -> int:
+        """Choose the segment for a record (a new one past the size limit) and queue it;
+        a lazy one waits for a round something else starts (committer.py)."""
         if self._active_size + len(data) > self._segment_bytes and self._active_size > 0:
             finished = self._active
             self._active += 1
@@ -318,7 +319,7 @@ class FileStore:
             if state is None or state.live == 0:
                 self._mark_dead(finished)
         self._active_size += len(data)
-        self._committer.append(self._active, data, message_id)
+        self._committer.append(self._active, data, message_id, lazy=lazy)
         return self._active
 
     # -- recovery -------------------------------------------------------------------------
