@@ -98,8 +98,9 @@ class MessageStore(Protocol):
     def after_commit(self, waiter: Waiter) -> None:
         """Publisher confirms (core/confirms.py) and a queue's commit-round bookkeeping
         (core/queues/classic.py), both through core/commit_rounds.py, tx.commit
-        (core/handlers_basic.py) and the definitions saver wait here: waiter(True) once everything recorded before the call is durable,
-        waiter(False) if a write failed. Always called later on the loop, never inline."""
+        (core/handlers_basic.py) and the definitions saver wait here: waiter(True) once
+        everything recorded before the call is durable, waiter(False) if a write failed.
+        Always called later on the loop, never inline."""
         ...
 
     def pending_round(self) -> int:
