@@ -179,7 +179,7 @@ def latency_table(points: list[dict[str, Any]], brokers: list[str]) -> list[str]
             )
         if "rabbitmq" in brokers:  # the target is set against RabbitMQ only
             verdicts.append(_verdict(name, pct))
-    return [*lines, "", *[f"- {v}" for v in verdicts], ""]
+    return [*lines, "", *[f"- {v}" for v in verdicts], *([""] if verdicts else [])]
 
 
 def _percentile_ratios(
