@@ -125,14 +125,20 @@ class FileStore:
             priority,
             expires_at_ms,
         )
-        data = records.encode(record)
+        self._place_live(message_id, records.encode(record))
+        return message_id
+
+    def _place_live(self, message_id: int, data: bytes) -> int:
+        """Queue a message's ENQUEUE record and count it live in its segment at once: the
+        next record placed may close the segment, which is deleted if nothing in it is
+        live. Until a round writes it, the message is read from memory."""
         segment = self._place(data, message_id)
         self._where[message_id] = segment << _SEGMENT_SHIFT
         self._pending[message_id] = data
         state = self._live.setdefault(segment, _Segment())
         state.live += 1
         state.total += 1
-        return message_id
+        return segment
 
     def _written(self, landed: Landed) -> None:
         """A commit round put these ENQUEUE records on disk: they are read from there now."""
@@ -242,16 +248,10 @@ class FileStore:
             location = self._where.get(record.id)
             if location is None or location >> _SEGMENT_SHIFT != segment:
                 continue  # removed while we were reading
-            data = records.encode(record)
-            new_segment = self._place(data, record.id)
+            # Until the copy is on disk it is read from memory; the old file stays till then.
+            self._place_live(record.id, records.encode(record))
             if record.id in self._delivered:  # the delivery mark moves with the message
                 self._place(records.encode_simple(records.DELIVERED, record.id, record.queue))
-            # Until the copy is on disk it is read from memory; the old file stays till then.
-            self._where[record.id] = new_segment << _SEGMENT_SHIFT
-            self._pending[record.id] = data
-            target = self._live.setdefault(new_segment, _Segment())
-            target.live += 1
-            target.total += 1
             state.live -= 1
             moved.append((record.id, location))
         # The old file may go only once the copies are on disk.
