@@ -16,6 +16,12 @@ reads the broker process's CPU time before and after.
 (g) (c) and (d) at a fixed 1,000 msg/s: confirm and end-to-end latency percentiles;
 (m) resident memory per idle connection (one channel each) and per empty queue.
 bench/README.md explains each column.
+
+    python bench/compare.py --baseline-src DIR --no-rabbitmq --only cd --out /tmp/before-after
+
+--baseline-src DIR adds a third broker, kanin-baseline: `kanin server` run from DIR/src
+(another checkout, e.g. the code before a change), loaded by the same `kanin perf` as the
+others, and the report adds kanin ÷ kanin-baseline. --no-rabbitmq leaves RabbitMQ out.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ from __future__ import annotations
 import argparse
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +45,8 @@ from harness import Kanin, run_perf, shell
 
 ROOT = Path(__file__).resolve().parent.parent
 EXCHANGE = "bench.compare"  # not durability.py's, so the two can share a RabbitMQ
-BROKERS = ("kanin", "rabbitmq")
+KANIN, BASELINE, RABBITMQ = "kanin", "kanin-baseline", "rabbitmq"
+BROKERS = (KANIN, BASELINE, RABBITMQ)  # the order of odd repetitions; even ones reverse it
 
 SMALL = ["-x", "1", "-y", "1", "-s", "16"]
 MANUAL_ACKS = ["--ack", "manual", "--prefetch", "200", "--multi-ack-every", "50"]
@@ -75,10 +83,26 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--connections", type=int, default=1000, help="idle connections for (m)")
     p.add_argument("--idle-queues", type=int, default=10_000, help="empty queues for (m)")
     p.add_argument("--rabbitmq-uri", default="amqp://guest:guest@127.0.0.1:5672/%2F")
-    p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "bench" / "results",
+        help="directory for compare.{md,json} (default: bench/results, the results of record)",
+    )
+    p.add_argument(
+        "--baseline-src",
+        type=Path,
+        metavar="DIR",
+        help="also run kanin-baseline, `kanin server` from DIR/src (another kanin checkout)",
+    )
+    p.add_argument("--no-rabbitmq", action="store_true", help="leave RabbitMQ out of the run")
     args = p.parse_args()
     if set(args.only) - set("abcdefgm"):
         p.error(f"--only takes letters from abcdefgm, got {args.only!r}")
+    if args.baseline_src is not None:
+        args.baseline_src = args.baseline_src.resolve()
+        if not (args.baseline_src / "src" / "kanin" / "__init__.py").is_file():
+            p.error(f"--baseline-src: no kanin package in {args.baseline_src}/src")
     if args.quick:
         args.duration, args.reps, args.messages = 2.0, 1, 5_000
     return args
@@ -146,18 +170,36 @@ def _confirm_strategy(strategy: str, messages: int) -> Point:
     return Point("f", f"f {strategy}", what, _with_prefix(perf_args), consumers=False)
 
 
+def brokers(args: argparse.Namespace) -> tuple[str, ...]:
+    """The brokers this run measures, in BROKERS' order."""
+    left_out = {BASELINE} if args.baseline_src is None else set()
+    left_out |= {RABBITMQ} if args.no_rabbitmq else set()
+    return tuple(b for b in BROKERS if b not in left_out)
+
+
 @dataclass
 class Run:
     args: argparse.Namespace
     work: Path
-    rabbitmq_pid: int
+    brokers: tuple[str, ...]
+    rabbitmq_pid: int | None  # None when RabbitMQ is not in the run
     declared: set[str]  # every queue name used on RabbitMQ, for the final sweep
+    # kanin broker -> the PYTHONPATH its server runs with; None: harness.ENV's, the snapshot
+    # of this tree (which `kanin perf` always uses, so only the broker differs).
+    kanin_paths: dict[str, Path | None] = field(default_factory=lambda: {KANIN: None})
 
     def rabbitmq(self) -> int:
         """beam.smp's OS pid, looked up again if RabbitMQ was restarted meanwhile."""
-        if not Path(f"/proc/{self.rabbitmq_pid}").exists():
+        if self.rabbitmq_pid is None or not Path(f"/proc/{self.rabbitmq_pid}").exists():
             self.rabbitmq_pid = harness.rabbitmq_pid()
         return self.rabbitmq_pid
+
+    def server_command(self, broker: str, kanin: Kanin) -> str:
+        """How to start this broker's server by hand, for the report."""
+        if broker == BASELINE:
+            # The run uses a copy that is deleted at the end; DIR/src holds the same code.
+            return f"PYTHONPATH={self.args.baseline_src}/src {shell(kanin.command)}"
+        return shell(kanin.command)
 
 
 def run_point(point: Point, broker: str, rep: int, run: Run) -> dict[str, Any]:
@@ -165,31 +207,56 @@ def run_point(point: Point, broker: str, rep: int, run: Run) -> dict[str, Any]:
     prefix = f"cmp-{slug}-{broker}-r{rep}-"
     result: dict[str, Any] = {"point": point.name, "scenario": point.scenario, "rep": rep}
     result |= {"broker": broker, "what": point.what}
-    queue_names = [f"{prefix}{index}" for index in range(point.queues)]
-    if broker == "kanin":
-        # RabbitMQ should idle meanwhile; if it does not, someone else is using it, and
-        # its own CPU figures include their work.
-        idle_from, idle_cpu = time.monotonic(), harness.cpu_seconds(run.rabbitmq())
-        with fresh_kanin(run.work, f"{slug}-r{rep}") as kanin:
-            result |= measure(point, kanin.uri, kanin.pid, point.perf_args(prefix), broker)
-            result["server_command"] = shell(kanin.command)
-            result["kanin_errors"] = kanin.error_lines()[:5]
-        busy = (harness.cpu_seconds(run.rabbitmq()) - idle_cpu) / (time.monotonic() - idle_from)
-        result["rabbitmq_cpu_percent_meanwhile"] = round(100 * busy, 1)
+    if broker == RABBITMQ:
+        result |= on_rabbitmq(point, prefix, run)
     else:
-        run.declared.update(queue_names)
-        uri = run.args.rabbitmq_uri
-        result |= measure(point, uri, run.rabbitmq(), point.perf_args(prefix), broker)
-        harness.delete_queues(uri, queue_names)  # perf deletes them too, unless it failed
+        result |= on_kanin(point, broker, prefix, f"{slug}-r{rep}", run)
     _print_point(result)
     return result
 
 
+def on_kanin(point: Point, broker: str, prefix: str, label: str, run: Run) -> dict[str, Any]:
+    """One point on a fresh server of this kanin broker."""
+    # RabbitMQ should idle meanwhile; if it does not, someone else is using it, and its
+    # own CPU figures include their work.
+    idle = rabbitmq_clock(run)
+    with fresh_kanin(run, broker, label) as kanin:
+        result = measure(point, kanin.uri, kanin.pid, point.perf_args(prefix), broker)
+        result["server_command"] = run.server_command(broker, kanin)
+        result["kanin_errors"] = kanin.error_lines()[:5]
+    if idle is not None:
+        result["rabbitmq_cpu_percent_meanwhile"] = rabbitmq_busy_percent(idle, run)
+    return result
+
+
+def rabbitmq_clock(run: Run) -> tuple[float, float] | None:
+    """(now, RabbitMQ's CPU seconds so far), or None if RabbitMQ is not in the run."""
+    if RABBITMQ not in run.brokers:
+        return None
+    return time.monotonic(), harness.cpu_seconds(run.rabbitmq())
+
+
+def rabbitmq_busy_percent(since: tuple[float, float], run: Run) -> float:
+    """RabbitMQ's CPU use since rabbitmq_clock() gave `since`, in % of one core."""
+    started, cpu = since
+    busy = harness.cpu_seconds(run.rabbitmq()) - cpu
+    return round(100 * busy / (time.monotonic() - started), 1)
+
+
+def on_rabbitmq(point: Point, prefix: str, run: Run) -> dict[str, Any]:
+    queue_names = [f"{prefix}{index}" for index in range(point.queues)]
+    run.declared.update(queue_names)
+    uri = run.args.rabbitmq_uri
+    result = measure(point, uri, run.rabbitmq(), point.perf_args(prefix), RABBITMQ)
+    harness.delete_queues(uri, queue_names)  # perf deletes them too, unless it failed
+    return result
+
+
 @contextmanager
-def fresh_kanin(work: Path, label: str) -> Iterator[Kanin]:
-    """A kanin server with an empty data directory, for one point only."""
-    data_dir = work / f"kanin-{label}"
-    kanin = Kanin(data_dir)
+def fresh_kanin(run: Run, broker: str, label: str) -> Iterator[Kanin]:
+    """A server of this kanin broker with an empty data directory, for one point only."""
+    data_dir = run.work / f"{broker}-{label}"
+    kanin = Kanin(data_dir, pythonpath=run.kanin_paths[broker])
     kanin.start()
     try:
         yield kanin
@@ -245,7 +312,7 @@ def depth_check(uri: str, perf_args: list[str], summary: dict[str, Any]) -> dict
 def _print_point(result: dict[str, Any]) -> None:
     cpu = result.get("cpu_s_per_100k")
     print(
-        f"  ({result['point']:<14}) {result['broker']:8} rep {result['rep']}: "
+        f"  ({result['point']:<14}) {result['broker']:14} rep {result['rep']}: "
         f"{result['rate']:>9,.0f} msg/s  broker CPU {cpu if cpu is not None else '-'} s/100k"
         f"  ok={result['summary'].get('ok')}  other load {result['foreign_cpu_percent']}%",
         flush=True,
@@ -253,9 +320,9 @@ def _print_point(result: dict[str, Any]) -> None:
 
 
 def throughput(points: list[Point], run: Run, results: list[dict[str, Any]]) -> None:
-    """Every point on both brokers, appended to results as they finish."""
+    """Every point on every broker, appended to results as they finish."""
     for rep in range(1, run.args.reps + 1):
-        order = BROKERS if rep % 2 else BROKERS[::-1]  # who goes first alternates
+        order = run.brokers if rep % 2 else run.brokers[::-1]  # who goes first alternates
         for point in points:
             for broker in order:
                 try:
@@ -286,21 +353,29 @@ SETTLE_S = 2.0  # after the helper says ready: let lazily allocated state appear
 
 def memory(run: Run, rows: list[dict[str, Any]]) -> None:
     """Per broker: RSS growth per idle connection, then per empty queue (fresh kanin each)."""
-    args = run.args
-    used, limit = harness.rabbitmq_sockets()
-    # RabbitMQ stalls handshakes beyond its socket limit (about 0.9 x its open-files limit).
-    rabbit_connections = min(args.connections, limit - used - 32)
-    for kind, count in (("connections", args.connections), ("queues", args.idle_queues)):
-        with fresh_kanin(run.work, f"memory-{kind}") as kanin:
-            rows.append(memory_point("kanin", kanin.uri, kanin.pid, kind, count))
-            rows[-1]["kanin_errors"] = kanin.error_lines()[:5]
-        if kind == "connections":
-            count = rabbit_connections
-        rows.append(memory_point("rabbitmq", args.rabbitmq_uri, run.rabbitmq(), kind, count))
-        if kind == "queues" and not rows[-1]["released"]:  # left for the final sweep
-            run.declared.update(f"{idle_prefix('rabbitmq')}{index}" for index in range(count))
-        if kind == "connections" and count < args.connections:
-            rows[-1]["note"] = f"RabbitMQ's socket limit is {limit} ({used} in use)"
+    for kind, count in (("connections", run.args.connections), ("queues", run.args.idle_queues)):
+        for broker in run.brokers:
+            if broker == RABBITMQ:
+                rows.append(rabbitmq_memory_point(run, kind, count))
+                continue
+            with fresh_kanin(run, broker, f"memory-{kind}") as kanin:
+                rows.append(memory_point(broker, kanin.uri, kanin.pid, kind, count))
+                rows[-1]["kanin_errors"] = kanin.error_lines()[:5]
+
+
+def rabbitmq_memory_point(run: Run, kind: str, count: int) -> dict[str, Any]:
+    wanted, note = count, ""
+    if kind == "connections":
+        used, limit = harness.rabbitmq_sockets()
+        # RabbitMQ stalls handshakes beyond its socket limit (about 0.9 x its open-files limit).
+        count = min(count, limit - used - 32)
+        note = f"RabbitMQ's socket limit is {limit} ({used} in use)"
+    row = memory_point(RABBITMQ, run.args.rabbitmq_uri, run.rabbitmq(), kind, count)
+    if kind == "queues" and not row["released"]:  # left for the final sweep
+        run.declared.update(f"{idle_prefix(RABBITMQ)}{index}" for index in range(count))
+    if count < wanted:
+        row["note"] = note
+    return row
 
 
 def idle_prefix(broker: str) -> str:
@@ -328,7 +403,7 @@ def memory_point(broker: str, uri: str, pid: int, kind: str, count: int) -> dict
             grown = (row["rss_after_kb"] - row["rss_before_kb"]) * 1024
             row["bytes_per_item"] = round(grown / count)
     row["helper"], row["released"] = helper["status"], helper["released"]
-    print(f"  (m) {broker:8} {count:,} {kind}: {row}", flush=True)
+    print(f"  (m) {broker:14} {count:,} {kind}: {row}", flush=True)
     return row
 
 
@@ -367,18 +442,59 @@ def cleanup_rabbitmq(run: Run) -> None:
         print(f"RabbitMQ cleanup failed: {exc}", flush=True)
 
 
+def snapshot_baseline(run: Run) -> dict[str, Any]:
+    """Copy the baseline's sources, as snapshot_source() does for this tree; its facts."""
+    source: Path = run.args.baseline_src
+    copy = run.work / "baseline-src"
+    digest = harness.copy_source(source, copy)
+    imported = harness.kanin_imported_from(copy)
+    if imported != copy / "kanin":  # else kanin-baseline would not be the baseline at all
+        raise RuntimeError(f"with PYTHONPATH={copy}, kanin is imported from {imported}")
+    run.kanin_paths[BASELINE] = copy
+    return {
+        "kanin_baseline_src": str(source),
+        "kanin_baseline_digest": digest,
+        "kanin_baseline_commit": git_commit(source),
+    }
+
+
+def git_commit(directory: Path) -> str | None:
+    """The commit checked out in directory, if it is the top of a git work tree.
+
+    A plain copy (`git archive | tar -x`) has none; and a directory inside some other
+    checkout must not be given that checkout's commit.
+    """
+
+    def git(*args: str) -> str:
+        result = subprocess.run(
+            ["git", "-C", str(directory), *args], capture_output=True, text=True
+        )
+        return result.stdout.strip() if result.returncode == 0 else ""
+
+    top = git("rev-parse", "--show-toplevel")
+    if not top or Path(top).resolve() != directory:
+        return None
+    dirty = " plus uncommitted changes" if git("status", "--porcelain", "--", "src") else ""
+    return git("rev-parse", "--short", "HEAD") + dirty
+
+
 def main() -> int:
     args = parse_args()
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     fd_limit = harness.raise_fd_limit()  # kanin, RabbitMQ (if started here) and the helper
-    started_rabbitmq = harness.ensure_rabbitmq()
+    use_rabbitmq = not args.no_rabbitmq
+    started_rabbitmq = harness.ensure_rabbitmq() if use_rabbitmq else False
     work = Path(tempfile.mkdtemp(prefix="kanin-compare-"))
     results: dict[str, Any] = {"settings": {k: str(v) for k, v in vars(args).items()}}
-    run = Run(args, work, harness.rabbitmq_pid(), set())
+    rabbitmq_pid = harness.rabbitmq_pid() if use_rabbitmq else None
+    run = Run(args, work, brokers(args), rabbitmq_pid, set())
+    results |= {"argv": sys.argv[1:], "brokers": list(run.brokers)}
     try:
-        results["environment"] = durability.environment(work)
+        results["environment"] = durability.environment(work, rabbitmq=use_rabbitmq)
         results["environment"]["kanin_source_digest"] = harness.snapshot_source(ROOT, work)
+        if args.baseline_src is not None:
+            results["environment"] |= snapshot_baseline(run)
         results["environment"] |= {"fd_limit": fd_limit, "started_rabbitmq": started_rabbitmq}
         print(f"environment: {results['environment']}", flush=True)
         if "m" in args.only:  # first: before the load has grown RabbitMQ's allocators
@@ -391,7 +507,8 @@ def main() -> int:
         results["points"] = []
         throughput(plan(args), run, results["points"])
     finally:
-        cleanup_rabbitmq(run)
+        if use_rabbitmq:
+            cleanup_rabbitmq(run)
         shutil.rmtree(work, ignore_errors=True)
         results["run_time_s"] = round(time.monotonic() - started, 1)
         report = harness.write_results(args.out, "compare", results, render)

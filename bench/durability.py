@@ -46,7 +46,7 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def environment(work: Path) -> dict[str, Any]:
+def environment(work: Path, rabbitmq: bool = True) -> dict[str, Any]:
     def git(*args: str) -> str:
         result = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True)
         return result.stdout.strip()
@@ -56,17 +56,19 @@ def environment(work: Path) -> dict[str, Any]:
         if line.startswith("model name"):
             cpu = line.split(":", 1)[1].strip()
             break
-    return {
+    found: dict[str, Any] = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
         "kanin_commit": git("rev-parse", "--short", "HEAD"),
         "kanin_tree_dirty": bool(git("status", "--porcelain", "--", "src")),
-        "rabbitmq": harness.rabbitmq_version(),
         "python": platform.python_version(),
         "cpu": cpu,
         "cores": len(os.sched_getaffinity(0)),
         "memory_gb": round(int(Path("/proc/meminfo").read_text().split()[1]) / 1024**2, 1),
         "fsync_4k_median_ms": harness.fsync_probe(work),
     }
+    if rabbitmq:  # a run without RabbitMQ (compare.py --no-rabbitmq) may not have rabbitmqctl
+        found["rabbitmq"] = harness.rabbitmq_version()
+    return found
 
 
 def point_args(

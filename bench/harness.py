@@ -36,10 +36,16 @@ def snapshot_source(root: Path, work: Path) -> str:
     version of the code. Returns a short digest of the copied sources.
     """
     copy = work / "src"
+    digest = copy_source(root, copy)
+    ENV["PYTHONPATH"] = str(copy)
+    return digest
+
+
+def copy_source(root: Path, copy: Path) -> str:
+    """Copy root/src/kanin to copy/kanin; return a short digest of the copied sources."""
     shutil.copytree(
         root / "src" / "kanin", copy / "kanin", ignore=shutil.ignore_patterns("__pycache__")
     )
-    ENV["PYTHONPATH"] = str(copy)
     digest = hashlib.sha256()
     for path in sorted((copy / "kanin").rglob("*.py")):
         digest.update(path.relative_to(copy).as_posix().encode() + b"\0" + path.read_bytes())
@@ -51,6 +57,18 @@ LISTENING = re.compile(r"listening for AMQP on \S+ port (\d+)")
 
 def shell(command: list[str]) -> str:
     return " ".join(shlex.quote(part) for part in command)
+
+
+def kanin_imported_from(pythonpath: Path) -> Path:
+    """The kanin package PYTHON imports with pythonpath first on its path.
+
+    An installed (editable) kanin could shadow the tree we mean to run, and then two
+    "different" brokers would be the same code; this shows which one is really used.
+    """
+    probe = [PYTHON, "-c", "import kanin; print(kanin.__file__)"]
+    env = ENV | {"PYTHONPATH": str(pythonpath)}
+    result = subprocess.run(probe, capture_output=True, text=True, env=env, check=True)
+    return Path(result.stdout.strip()).parent
 
 
 @dataclass
@@ -129,6 +147,8 @@ class Kanin:
 
     data_dir: Path
     stats_file: Path | None = None
+    # Another kanin's sources (a directory holding kanin/) instead of ENV's PYTHONPATH.
+    pythonpath: Path | None = None
     process: subprocess.Popen[bytes] | None = None
     port: int = 0
     log_path: Path = field(init=False)
@@ -155,6 +175,13 @@ class Kanin:
         return command
 
     @property
+    def env(self) -> dict[str, str]:
+        # Read at start, not at construction: snapshot_source() may set ENV's path later.
+        if self.pythonpath is None:
+            return ENV
+        return ENV | {"PYTHONPATH": str(self.pythonpath)}
+
+    @property
     def uri(self) -> str:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
 
@@ -168,7 +195,7 @@ class Kanin:
         log = self.log_path.open("ab")
         offset = log.tell()
         started = time.monotonic()
-        self.process = subprocess.Popen(self.command, stdout=log, stderr=log, env=ENV)
+        self.process = subprocess.Popen(self.command, stdout=log, stderr=log, env=self.env)
         log.close()
         while time.monotonic() - started < timeout_s:
             with self.log_path.open("rb") as reader:

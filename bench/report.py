@@ -197,12 +197,14 @@ def commands(results: dict[str, Any]) -> list[str]:
 def run_line(results: dict[str, Any], script: str) -> str:
     """The paragraph that says which run, code version and machine the figures come from."""
     env = results.get("environment", {})
+    # compare.py --no-rabbitmq runs no RabbitMQ, so it has no version to name.
+    rabbitmq = f"RabbitMQ {env['rabbitmq']}, " if "rabbitmq" in env else ""
     return (
         f"One run of `python bench/{script}.py` on {env.get('date', '?')}, "
         f"{results.get('run_time_s', 0):.0f} s in all. kanin {env.get('kanin_commit', '?')}"
         f"{' plus uncommitted changes' if env.get('kanin_tree_dirty') else ''}"
         f" (sources copied at the start, digest {env.get('kanin_source_digest', '?')}), "
-        f"RabbitMQ {env.get('rabbitmq', '?')}, Python {env.get('python', '?')}; "
+        f"{rabbitmq}Python {env.get('python', '?')}; "
         f"{env.get('cores', '?')} cores ({env.get('cpu', '?')}), {env.get('memory_gb', '?')} GB; "
         f"one 4 KB append + fsync takes {env.get('fsync_4k_median_ms', '?')} ms (median) on "
         "this disk. Brokers, load generator and consumers share the same cores. "

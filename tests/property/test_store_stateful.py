@@ -231,6 +231,10 @@ class StoreMachine(RuleBasedStateMachine):
             st.lists(st.sampled_from(self.live_in_store), min_size=1, max_size=8, unique=True),
             label="remove",
         )
+        self.remove_ids(chosen)
+
+    def remove_ids(self, chosen: list[int]) -> None:
+        assert self.store is not None
         for message_id in chosen:
             tracked = self.model[message_id]
             self.store.remove(tracked.queue, message_id)
@@ -256,6 +260,10 @@ class StoreMachine(RuleBasedStateMachine):
             st.lists(st.sampled_from(self.live_in_store), min_size=1, max_size=4, unique=True),
             label="deliver",
         )
+        self.deliver_ids(chosen)
+
+    def deliver_ids(self, chosen: list[int]) -> None:
+        assert self.store is not None
         for message_id in chosen:
             tracked = self.model[message_id]
             self.store.delivered(tracked.queue, message_id)
@@ -271,6 +279,10 @@ class StoreMachine(RuleBasedStateMachine):
             st.lists(st.sampled_from(self.live_in_store), min_size=1, max_size=10, unique=True),
             label="read",
         )
+        self.read_ids(chosen)
+
+    def read_ids(self, chosen: list[int]) -> None:
+        assert self.store is not None
         for queue in QUEUES:
             ids = [i for i in chosen if self.model[i].queue == queue]
             ahead = [i for i in self.live_in_store if i not in ids][:8]  # only a hint
@@ -362,3 +374,32 @@ TestFileStoreModel.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+def test_a_message_moved_by_compaction_keeps_the_segment_it_moved_to() -> None:
+    """Found by the machine above. Compaction copies a delivered message into the active
+    segment, then its delivery mark; when that mark no longer fits, the segment closes.
+    The copy must already count as live there, or the closed segment is deleted as empty
+    and the message with it (it could not be read back, and was gone after a restart)."""
+    machine = StoreMachine()
+    queue = QUEUES[0]
+    try:
+        machine.start()
+        machine.append_one(queue, "", "", b"", b"x" * 100)  # id 1: stays, delivered
+        machine.deliver_ids([1])
+        for _ in range(5):  # the rest of segment 1, and the start of segment 2
+            machine.append_one(queue, "", "", b"", b"f" * 150)
+        machine.append_one(queue, "", "", b"", b"g" * 300)
+        machine.commit()
+        # Segment 1 keeps only id 1 (so it is compacted); nothing in segment 2 is live.
+        machine.remove_ids([i for i in machine.live_in_store if i != 1])
+        # Fill segment 2 until id 1's copy fits in it but its delivery mark does not.
+        machine.append_one(queue, "", "", b"", b"p" * 140)
+        machine.remove_ids([machine.last_id])
+        machine.settle()
+        assert machine.store is not None and machine.store.compactions == 1
+        machine.read_ids([1])
+        machine.restart(crash=False, fraction=0.0)
+        assert [*machine.model] == [1]
+    finally:
+        machine.teardown()

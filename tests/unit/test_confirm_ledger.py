@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
 from kanin.core.confirms import ConfirmLedger
+
+if TYPE_CHECKING:
+    from kanin.store.api import MessageStore
 
 
 def publish(ledger: ConfirmLedger, count: int, hold: bool = False) -> list[int]:
@@ -177,4 +183,114 @@ def test_every_seq_is_reported_exactly_once() -> None:
     drain()
     assert sorted(reported) == list(range(1, 21))
     assert client_outstanding == set()
+    assert ledger.pending_count == 0
+
+
+# -- parties: a publish is acked when everything it waits for is done ------------------------
+
+
+class RoundsStore:
+    """The two store calls a ledger waiting on the disk makes, with rounds ended by hand."""
+
+    def __init__(self) -> None:
+        self.round = 1
+        self.waiters: dict[int, list[Callable[[bool], None]]] = {}
+
+    def pending_round(self) -> int:
+        return self.round
+
+    def after_commit(self, waiter: Callable[[bool], None]) -> None:
+        self.waiters.setdefault(self.round, []).append(waiter)
+
+    def end_round(self, ok: bool) -> None:
+        for waiter in self.waiters.pop(self.round, []):
+            waiter(ok)
+        self.round += 1
+
+
+def ledger_on_disk() -> tuple[ConfirmLedger, RoundsStore, list[int]]:
+    store = RoundsStore()
+    flushes: list[int] = []
+    ledger = ConfirmLedger(cast("MessageStore", store), lambda: flushes.append(1))
+    return ledger, store, flushes
+
+
+def test_acked_only_when_every_party_is_done() -> None:
+    ledger = ConfirmLedger()
+    seq = ledger.next_seq()
+    ledger.hold(seq, ("queue a", "queue b"))
+    ledger.done(seq, "queue a")
+    assert ledger.drain() == ([], [])
+    ledger.done(seq, "queue a")  # twice is once
+    ledger.done(seq, "someone else")  # not a party of this publish
+    assert ledger.pending_count == 1
+    ledger.done(seq, "queue b")
+    assert ledger.drain() == ([], [(1, False)])
+    assert ledger.pending_count == 0
+
+
+def test_each_publish_has_its_own_parties() -> None:
+    ledger = ConfirmLedger()
+    first, second = ledger.next_seq(), ledger.next_seq()
+    ledger.hold(first, ("queue",))
+    ledger.hold(second, ("queue",))
+    ledger.done(second, "queue")
+    assert ledger.drain() == ([], [(2, False)])  # 1 still waits
+    ledger.done(first, "queue")
+    assert ledger.drain() == ([], [(1, False)])
+
+
+def test_a_reject_nacks_whatever_is_still_outstanding() -> None:
+    ledger = ConfirmLedger()
+    seq = ledger.next_seq()
+    ledger.hold(seq, ("queue a", "queue b"))
+    ledger.done(seq, "queue a")
+    ledger.reject(seq)
+    ledger.done(seq, "queue b")  # too late: nacked once, never acked as well
+    assert ledger.drain() == ([1], [])
+
+
+def test_disk_party_is_done_when_its_commit_round_ends_well() -> None:
+    ledger, store, flushes = ledger_on_disk()
+    early = ledger.next_seq()
+    ledger.hold(early, disk=True)
+    store.round += 1  # round 1 started; what is held now goes to round 2
+    late = ledger.next_seq()
+    ledger.hold(late, disk=True)
+    assert [len(w) for w in store.waiters.values()] == [1, 1]  # one waiter per round
+    store.round = 1
+    store.end_round(True)
+    assert flushes == [1]
+    assert ledger.drain() == ([], [(1, False)])
+    store.end_round(False)
+    assert ledger.drain() == ([2], [])
+    assert ledger.pending_count == 0
+
+
+def test_disk_and_another_party_both_needed() -> None:
+    ledger, store, _ = ledger_on_disk()
+    seq = ledger.next_seq()
+    ledger.hold(seq, ("queue",), disk=True)
+    store.end_round(True)
+    assert ledger.drain() == ([], [])
+    ledger.done(seq, "queue")
+    assert ledger.drain() == ([], [(1, False)])
+
+
+def test_many_publishes_in_one_round_share_one_store_waiter() -> None:
+    ledger, store, _ = ledger_on_disk()
+    for _ in range(100):
+        ledger.hold(ledger.next_seq(), disk=True)
+    assert len(store.waiters[1]) == 1
+    store.end_round(True)
+    assert ledger.drain() == ([], [(100, True)])
+
+
+def test_a_closed_ledger_reports_nothing_from_later_rounds() -> None:
+    ledger, store, flushes = ledger_on_disk()
+    ledger.hold(ledger.next_seq(), disk=True)
+    ledger.close()
+    store.end_round(True)
+    assert flushes == []
+    assert ledger.drain() == ([], [])
     assert ledger.pending_count == 0

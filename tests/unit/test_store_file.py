@@ -464,12 +464,12 @@ class BlockingLog(SegmentLog):
         self.release = threading.Event()
         self.batches: list[list[int]] = []  # ids of the ENQUEUE records in each write
 
-    def write(self, chunks: list[tuple[int, bytes]]) -> list[int]:
+    def write(self, chunks: list[tuple[int, bytes]], *, sync: bool = True) -> list[int]:
         self.entered.set()
         assert self.release.wait(10), "the test never released the write"
         data = FILE_HEADER + b"".join(data for _, data in chunks)
         self.batches.append([r.id for _, r in records.scan(data) if r.type == records.ENQUEUE])
-        return super().write(chunks)
+        return super().write(chunks, sync=sync)
 
 
 async def wait_for(condition: threading.Event) -> None:

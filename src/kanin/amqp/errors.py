@@ -38,3 +38,13 @@ def error(reply_code: int, text: str, class_id: int = 0, method_id: int = 0) -> 
     if reply_code in CONNECTION_ERROR_CODES:
         return ConnectionError_(reply_code, text, class_id, method_id)
     return ChannelError(reply_code, text, class_id, method_id)
+
+
+def erlang_binary(data: bytes, limit: int = 64) -> str:
+    """Bytes as RabbitMQ prints them in reply texts: <<"text">> or <<0,20,...>>."""
+    shown = data[:limit]
+    suffix = ",..." if len(data) > limit else ""
+    if shown and all(32 <= byte < 127 for byte in shown) and not suffix:
+        text = shown.decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
+        return f'<<"{text}">>'
+    return "<<" + ",".join(str(byte) for byte in shown) + suffix + ">>"

@@ -20,7 +20,7 @@ from typing import Any
 
 from kanin.amqp import constants as C
 from kanin.amqp import methods
-from kanin.amqp.errors import AMQPError, ConnectionError_
+from kanin.amqp.errors import AMQPError, ConnectionError_, erlang_binary
 from kanin.amqp.properties import decode_properties as decode_properties
 
 _FRAME_HEAD = struct.Struct(">BHI")
@@ -243,16 +243,6 @@ class FrameReader:
 
 
 _PUBLISH_ID = methods.PUBLISH_INDEX.to_bytes(4, "big")
-
-
-def erlang_binary(data: bytes, limit: int = 64) -> str:
-    """Bytes as RabbitMQ prints them in reply texts: <<"text">> or <<0,20,...>>."""
-    shown = data[:limit]
-    suffix = ",..." if len(data) > limit else ""
-    if shown and all(32 <= byte < 127 for byte in shown) and not suffix:
-        text = shown.decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
-        return f'<<"{text}">>'
-    return "<<" + ",".join(str(byte) for byte in shown) + suffix + ">>"
 
 
 def unexpected_frame(frame_type: int, payload: bytes) -> AMQPError:

@@ -15,7 +15,7 @@ from pamqp import decode as pamqp_decode
 from pamqp import encode as pamqp_encode
 
 from kanin.amqp import constants as C
-from kanin.amqp.errors import AMQPError, ConnectionError_
+from kanin.amqp.errors import AMQPError, ConnectionError_, erlang_binary
 from kanin.amqp.tables import check_table_depth
 
 _METHOD_ID = struct.Struct(">I")
@@ -57,8 +57,6 @@ def decode_method(payload: bytes) -> Any:
         raise
     except Exception as exc:  # ValueError, struct.error, IndexError, RecursionError, ...
         # RabbitMQ 3.10 answers undecodable arguments with 501 and the argument bytes.
-        from kanin.amqp.frames import erlang_binary
-
         class_id, method_id = class_and_method(index)
         raise ConnectionError_(
             C.FRAME_ERROR, f"cannot decode {erlang_binary(payload[4:])}", class_id, method_id

@@ -65,8 +65,7 @@ class Channel:
         # Consumers parked by their queues while this channel could not deliver (global
         # prefetch reached, socket not writable): `wake` gives them back their turns.
         self.parked: dict[Consumer, None] = {}
-        self.confirms: ConfirmLedger | None = None
-        self.awaiting_disk: list[int] = []  # confirm seqs to settle after the next commit
+        self.confirms: ConfirmLedger | None = None  # set by confirm.select
         self.tx: list[tuple[str, Any]] | None = None  # buffered publishes/acks in tx mode
         self.last_queue_name = ""
         self.reply: ReplyConsumer | None = None  # set and cleared by reply_to.ReplyRegistry
@@ -133,15 +132,9 @@ class Channel:
         self.port.send_parts(parts)
 
     def flush(self) -> None:
-        """End of an event-loop turn: send the coalesced publisher confirms, and hand the
-        publishes that wait for the disk to the store's next commit round."""
+        """End of an event-loop turn: send the coalesced publisher confirms."""
         if self.confirms is None or self.closing:
             return
-        if self.awaiting_disk:
-            seqs, self.awaiting_disk = self.awaiting_disk, []
-            store = self.services.store
-            assert store is not None
-            store.after_commit(lambda ok: self._on_disk(seqs, ok))
         self.send_confirms()
 
     def send_confirms(self) -> None:
@@ -154,17 +147,6 @@ class Channel:
             )
         for seq, multiple in acks:
             self.port.send(encode_ack(self.id, seq, multiple))
-
-    def _on_disk(self, seqs: list[int], ok: bool) -> None:
-        """The commit round holding these publishes ended: confirm them, or nack on failure."""
-        if self.confirms is None or self.closing:
-            return
-        for seq in seqs:
-            if ok:
-                self.confirms.confirm(seq)
-            else:
-                self.confirms.reject(seq)
-        self.port.request_flush(self)
 
     # -- deliveries ---------------------------------------------------------------
 
@@ -318,6 +300,8 @@ class Channel:
         self.consumers.clear()
         self.parked.clear()
         self.services.replies.cancel(self)
+        if self.confirms is not None:
+            self.confirms.close()  # no confirm goes out on a closed channel
         uncommitted = [r for kind, args in (self.tx or []) if kind == "settle" for r in args[0]]
         self.tx = None
         self.unacked.restore(uncommitted)

@@ -1,11 +1,16 @@
 """The confirm ledger of one channel in confirm mode: publish seq -> outcome.
 
-Rules (https://www.rabbitmq.com/confirms.html, modelled on RabbitMQ's rabbit_confirms and
-coalesce_and_send):
+This ledger is the one place a channel's outstanding publishes are kept; nothing else
+holds their sequence numbers. Rules (https://www.rabbitmq.com/confirms.html, modelled on
+RabbitMQ's rabbit_confirms and coalesce_and_send):
 - Sequence numbers start at 1 and grow by 1 per basic.publish on the channel.
 - Every seq is confirmed exactly once, by ack or nack.
-- A publish is *pending* while some queue still has to accept it (disk, consumer);
-  `confirm`/`reject` resolve it. Immediately-resolved publishes never enter pending.
+- A publish that must wait is *pending* on a set of parties, and is acked when the last
+  of them is `done`; `reject` nacks it at once, whatever is still outstanding. A party
+  is whatever has to vouch for the message: DISK, the store's commit round that holds
+  it (the ledger waits on the round itself: `hold(seq, ..., disk=True)`), or any other
+  hashable the caller names and later reports `done` (a queue whose consumer must ack,
+  for end-to-end confirms). Publishes with nothing to wait for never enter pending.
 - `drain` turns everything resolved since the last drain into frames to send:
   nacks one by one first, then acks, coalesced: all acked seqs below the smallest
   seq still pending or nacked go out as one ack with multiple=true, the rest singly.
@@ -13,13 +18,36 @@ coalesce_and_send):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable, Iterable
+from typing import TYPE_CHECKING
+
+from kanin.core.commit_rounds import RoundBatches
+
+if TYPE_CHECKING:
+    from kanin.store.api import MessageStore
+
+Party = Hashable
+DISK: Party = "disk"  # the store: the commit round holding the message has ended well
+_DISK_ONLY: frozenset[Party] = frozenset((DISK,))
+# Held with no party named: its caller will confirm or reject it.
+_UNTIL_TOLD: frozenset[Party] = frozenset(("until told",))
+
+
+def _nothing() -> None:
+    pass
+
 
 class ConfirmLedger:
-    def __init__(self) -> None:
+    def __init__(
+        self, store: MessageStore | None = None, on_resolved: Callable[[], None] = _nothing
+    ) -> None:
         self._next_seq = 1
-        self._pending: set[int] = set()
+        self._pending: dict[int, frozenset[Party]] = {}  # seq -> parties not yet done
         self._acked: list[int] = []
         self._nacked: list[int] = []
+        # Pending seqs waiting for the disk, by the commit round that holds them.
+        self._disk = RoundBatches(store, self._round_ended) if store is not None else None
+        self._on_resolved = on_resolved  # something resolved outside a publish: flush soon
 
     @property
     def pending_count(self) -> int:
@@ -30,17 +58,51 @@ class ConfirmLedger:
         self._next_seq += 1
         return seq
 
-    def hold(self, seq: int) -> None:
-        """The publish `seq` waits for something before it can be confirmed."""
-        self._pending.add(seq)
+    def hold(self, seq: int, parties: Iterable[Party] = (), *, disk: bool = False) -> None:
+        """The publish `seq` is confirmed once every party is done (and, with `disk`, the
+        store's commit round holding what was recorded so far has ended well). With no
+        party at all it stays pending until `confirm` or `reject`."""
+        waiting = frozenset(parties)
+        if disk:
+            assert self._disk is not None, "a ledger without a store cannot wait on disk"
+            self._disk.add(seq)
+            waiting = waiting | _DISK_ONLY if waiting else _DISK_ONLY
+        self._pending[seq] = waiting or _UNTIL_TOLD
+
+    def done(self, seq: int, party: Party) -> None:
+        """`party` vouches for `seq`: it is acked if no other party is outstanding."""
+        waiting = self._pending.get(seq)
+        if waiting is None or party not in waiting:
+            return
+        if len(waiting) > 1:
+            self._pending[seq] = waiting - {party}
+        else:
+            del self._pending[seq]
+            self._acked.append(seq)
 
     def confirm(self, seq: int) -> None:
-        self._pending.discard(seq)
+        """Ack `seq` now (nothing to wait for, or a caller that knows better)."""
+        self._pending.pop(seq, None)
         self._acked.append(seq)
 
     def reject(self, seq: int) -> None:
-        self._pending.discard(seq)
+        """Nack `seq` now, whatever it still waits for."""
+        self._pending.pop(seq, None)
         self._nacked.append(seq)
+
+    def close(self) -> None:
+        """The channel is gone: nothing it held will be reported."""
+        if self._disk is not None:
+            self._disk.close()
+        self._pending.clear()
+
+    def _round_ended(self, seqs: list[int], ok: bool) -> None:
+        for seq in seqs:
+            if ok:
+                self.done(seq, DISK)
+            elif seq in self._pending:
+                self.reject(seq)
+        self._on_resolved()
 
     def has_output(self) -> bool:
         return bool(self._acked or self._nacked)

@@ -161,7 +161,9 @@ def confirm_select(channel: Channel, method: commands.Confirm.Select) -> None:
     if channel.tx is not None:
         raise ChannelError(C.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
     if channel.confirms is None:
-        channel.confirms = ConfirmLedger()
+        channel.confirms = ConfirmLedger(
+            channel.services.store, lambda: channel.port.request_flush(channel)
+        )
     if not method.nowait:
         channel.send_method(build(commands.Confirm.SelectOk))
 

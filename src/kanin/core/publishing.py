@@ -105,8 +105,7 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
             channel.confirms.reject(seq)
         elif stored:
             # Persistent on a durable queue: confirmed once on disk, as RabbitMQ does.
-            channel.confirms.hold(seq)
-            channel.awaiting_disk.append(seq)
+            channel.confirms.hold(seq, disk=True)
         else:
             channel.confirms.confirm(seq)
         channel.port.request_flush(channel)

@@ -7,11 +7,13 @@ How this works:
   the ones it will want next (`ahead`) so the file store can have the kernel fetch them;
 - `remove` records that it left the queue (acked, dropped, expired, purged);
 - `delivered` notes a delivery, so a message recovered after a crash comes back
-  with redelivered=true (written lazily: nobody waits for it);
-- `after_commit` runs a callback once everything recorded so far is durable:
-  publisher confirms and tx.commit wait on it, nothing else does;
-- `pending_round` names the commit round what is recorded now goes to, so a queue can
-  tell which of its messages a round's outcome covers;
+  with redelivered=true. Nobody waits for these two: they start no commit round and
+  ride along with the next one (see committer.py);
+- `after_commit` runs a callback once everything recorded so far is durable;
+- `pending_round` names the commit round what is recorded now goes to: a publish's
+  ticket. core/commit_rounds.py groups what waits by ticket, one `after_commit` per
+  round: the confirm ledger (publisher confirms) and the queue (dropping what a failed
+  round held) wait that way; tx.commit and the definitions saver call `after_commit`;
 - `recover` returns, per queue, the messages still in it, in order, as what the queue
   needs to order, expire, prioritise and count them (Recovered): never their bodies;
 - `close` makes everything recorded so far durable and lets go of the files.
@@ -67,7 +69,7 @@ class MessageStore(Protocol):
         priority: int = 0,
         expires_at_ms: int = 0,
     ) -> int:
-        """A durable queue (core/queue.py, on publish) stores a persistent message; returns
+        """A durable queue (core/queues/classic.py, on publish) stores a persistent message; returns
         its id, unique in the store for good (also across restarts). The message is durable
         once an `after_commit` waiter registered after this call hears True."""
         ...
@@ -82,21 +84,23 @@ class MessageStore(Protocol):
         ...
 
     def remove(self, queue: str, message_id: int) -> None:
-        """A queue (core/queue.py) says the message left it for good: acked, dropped,
+        """A queue (core/queues/) says the message left it for good: acked, dropped,
         expired, purged or dead-lettered. It is not recovered after a restart that sees
-        this recorded; an unknown id is ignored."""
+        this recorded; an unknown id is ignored. Starts no commit round of its own."""
         ...
 
     def delivered(self, queue: str, message_id: int) -> None:
-        """A queue (core/queue.py) handed the message out with an ack pending: recovered
-        after a crash it comes back redelivered. Nobody waits for this to be durable."""
+        """A queue (core/queues/) handed the message out with an ack pending: recovered
+        after a crash it comes back redelivered. Nobody waits for this to be durable:
+        starts no commit round of its own."""
         ...
 
     def after_commit(self, waiter: Waiter) -> None:
-        """Publisher confirms (core/channel.py), tx.commit (core/handlers_basic.py), a
-        queue's commit-round bookkeeping (core/queue.py) and the definitions saver wait
-        here: waiter(True) once everything recorded before the call is durable,
-        waiter(False) if a write failed. Always called later on the loop, never inline."""
+        """Publisher confirms (core/confirms.py) and a queue's commit-round bookkeeping
+        (core/queues/classic.py), both through core/commit_rounds.py, tx.commit
+        (core/handlers_basic.py) and the definitions saver wait here: waiter(True) once
+        everything recorded before the call is durable, waiter(False) if a write failed.
+        Always called later on the loop, never inline."""
         ...
 
     def pending_round(self) -> int:

@@ -9,6 +9,12 @@ How this works (after LavinMQ's persister and the classic group-commit idea):
   ends: under load, batches grow by themselves.
 - `after_commit(callback)` runs callback(True) once everything appended before it
   is on disk, or callback(False) if the write failed (the publisher gets a nack).
+- A *lazy* append (a delivered mark, a removal: records nobody waits for) starts no
+  round: it rides along with the next round something else starts. If none starts
+  within LAZY_WRITE_S, it is written without an fsync, which costs one write() and
+  keeps it through a crash of the process (the page cache has it); only a crash of
+  the machine before the next fsync can lose it, and then a message comes back once
+  more after a restart (at least once), or without its redelivered flag.
 - A chunk appended with a message id is reported to `on_written` with the offset at
   which it landed, after a successful round and before its waiters run: that is how
   the store learns where to read a message back.
@@ -31,6 +37,9 @@ from dataclasses import dataclass
 from kanin.store.segments import SegmentLog
 
 log = logging.getLogger(__name__)
+
+# How long lazy records may wait for a round before they are written without an fsync.
+LAZY_WRITE_S = 0.02
 
 Waiter = Callable[[bool], None]
 # (message id, segment, offset) of each chunk appended with a message id.
@@ -60,6 +69,8 @@ class GroupCommitter:
         self._deletes: list[int] = []
         self._running = False
         self._kick_scheduled = False
+        self._urgent = False  # something appended since the last round start waits for it
+        self._lazy_timer: asyncio.TimerHandle | None = None
         self._closed = False
         self.rounds = 0
         self.rounds_started = 0
@@ -79,10 +90,13 @@ class GroupCommitter:
         """The number of the round that what is appended now will be written in."""
         return self.rounds_started + 1
 
-    def append(self, segment: int, data: bytes, message_id: int = 0) -> None:
+    def append(self, segment: int, data: bytes, message_id: int = 0, *, lazy: bool = False) -> None:
         self._chunks.append((segment, data))
         self._chunk_ids.append(message_id)
-        self._kick()
+        if lazy:
+            self._arm_lazy_write()
+        else:
+            self._kick()
 
     def after_commit(self, waiter: Waiter) -> None:
         self._waiters.append(waiter)
@@ -93,9 +107,21 @@ class GroupCommitter:
         self._kick()
 
     def _kick(self) -> None:
+        self._urgent = True
         if not self._running and not self._kick_scheduled:
             self._kick_scheduled = True
             self._loop.call_soon(self._start_round)
+
+    def _arm_lazy_write(self) -> None:
+        if self._lazy_timer is None and not self._closed:
+            self._lazy_timer = self._loop.call_later(LAZY_WRITE_S, self._lazy_write_due)
+
+    def _lazy_write_due(self) -> None:
+        self._lazy_timer = None
+        if self._running:
+            self._arm_lazy_write()  # this round took what was there; look again later
+        else:
+            self._start_round()
 
     def _start_round(self) -> None:
         self._kick_scheduled = False
@@ -105,23 +131,31 @@ class GroupCommitter:
         ids, self._chunk_ids = self._chunk_ids, []
         waiters, self._waiters = self._waiters, []
         deletes, self._deletes = self._deletes, []
+        # Only lazy records: write them, but nobody waits, so no fsync (see the top).
+        sync, self._urgent = self._urgent, False
         prelude = self.prelude() if self.prelude is not None else None
         self._running = True
         self.rounds_started += 1
-        future = self._loop.run_in_executor(self._executor, self._write, prelude, chunks, deletes)
+        future = self._loop.run_in_executor(
+            self._executor, self._write, prelude, chunks, deletes, sync
+        )
         future.add_done_callback(
             lambda done: self._finish_round(done, prelude, waiters, chunks, ids)
         )
 
     def _write(
-        self, prelude: Prelude | None, chunks: list[tuple[int, bytes]], deletes: list[int]
+        self,
+        prelude: Prelude | None,
+        chunks: list[tuple[int, bytes]],
+        deletes: list[int],
+        sync: bool,
     ) -> list[int]:
         if prelude is not None:
             try:
                 prelude.run()
             except Exception as exc:
                 raise PreludeFailed(exc) from exc
-        offsets = self._segments.write(chunks) if chunks else []
+        offsets = self._segments.write(chunks, sync=sync) if chunks else []
         for segment in deletes:
             self._segments.delete(segment)
         return offsets
@@ -165,7 +199,10 @@ class GroupCommitter:
             self.on_round_end()  # before the waiters: the confirms go out under the new alarm
         for waiter in waiters:
             waiter(ok)
-        self._kick()
+        if self._urgent:
+            self._kick()
+        elif self._chunks:
+            self._arm_lazy_write()  # lazy records appended during the round
 
     async def drain(self) -> None:
         """Wait until everything appended so far is durable (shutdown, tests)."""
@@ -181,5 +218,7 @@ class GroupCommitter:
 
     def close(self) -> None:
         self._closed = True
+        if self._lazy_timer is not None:
+            self._lazy_timer.cancel()
         self._executor.shutdown(wait=True)
         self._segments.close()

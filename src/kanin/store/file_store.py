@@ -125,14 +125,20 @@ class FileStore:
             priority,
             expires_at_ms,
         )
-        data = records.encode(record)
+        self._place_live(message_id, records.encode(record))
+        return message_id
+
+    def _place_live(self, message_id: int, data: bytes) -> int:
+        """Queue a message's ENQUEUE record and count it live in its segment at once: the
+        next record placed may close the segment, which is deleted if nothing in it is
+        live. Until a round writes it, the message is read from memory."""
         segment = self._place(data, message_id)
         self._where[message_id] = segment << _SEGMENT_SHIFT
         self._pending[message_id] = data
         state = self._live.setdefault(segment, _Segment())
         state.live += 1
         state.total += 1
-        return message_id
+        return segment
 
     def _written(self, landed: Landed) -> None:
         """A commit round put these ENQUEUE records on disk: they are read from there now."""
@@ -148,7 +154,7 @@ class FileStore:
             return
         self._pending.pop(message_id, None)
         self._delivered.discard(message_id)
-        self._place(records.encode_simple(records.REMOVE, message_id, queue))
+        self._place(records.encode_simple(records.REMOVE, message_id, queue), lazy=True)
         segment = location >> _SEGMENT_SHIFT
         state = self._live[segment]
         state.live -= 1
@@ -242,16 +248,10 @@ class FileStore:
             location = self._where.get(record.id)
             if location is None or location >> _SEGMENT_SHIFT != segment:
                 continue  # removed while we were reading
-            data = records.encode(record)
-            new_segment = self._place(data, record.id)
+            # Until the copy is on disk it is read from memory; the old file stays till then.
+            self._place_live(record.id, records.encode(record))
             if record.id in self._delivered:  # the delivery mark moves with the message
                 self._place(records.encode_simple(records.DELIVERED, record.id, record.queue))
-            # Until the copy is on disk it is read from memory; the old file stays till then.
-            self._where[record.id] = new_segment << _SEGMENT_SHIFT
-            self._pending[record.id] = data
-            target = self._live.setdefault(new_segment, _Segment())
-            target.live += 1
-            target.total += 1
             state.live -= 1
             moved.append((record.id, location))
         # The old file may go only once the copies are on disk.
@@ -299,7 +299,7 @@ class FileStore:
         # Written every time it is asked for: a mark lost in a failed round is written again.
         if message_id in self._where:
             self._delivered.add(message_id)
-            self._place(records.encode_simple(records.DELIVERED, message_id, queue))
+            self._place(records.encode_simple(records.DELIVERED, message_id, queue), lazy=True)
 
     def after_commit(self, waiter: Waiter) -> None:
         self._committer.after_commit(waiter)
@@ -307,8 +307,9 @@ class FileStore:
     def pending_round(self) -> int:
         return self._committer.pending_round
 
-    def _place(self, data: bytes, message_id: int = 0) -> int:
-        """Choose the segment for a record (a new one past the size limit) and queue it."""
+    def _place(self, data: bytes, message_id: int = 0, *, lazy: bool = False) -> int:
+        """Choose the segment for a record (a new one past the size limit) and queue it;
+        a lazy one waits for a round something else starts (committer.py)."""
         if self._active_size + len(data) > self._segment_bytes and self._active_size > 0:
             finished = self._active
             self._active += 1
@@ -318,7 +319,7 @@ class FileStore:
             if state is None or state.live == 0:
                 self._mark_dead(finished)
         self._active_size += len(data)
-        self._committer.append(self._active, data, message_id)
+        self._committer.append(self._active, data, message_id, lazy=lazy)
         return self._active
 
     # -- recovery -------------------------------------------------------------------------

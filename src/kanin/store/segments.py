@@ -92,9 +92,10 @@ class SegmentLog:
 
     # -- writing (committer thread) -------------------------------------------------------
 
-    def write(self, chunks: list[tuple[int, bytes]]) -> list[int]:
-        """Append each (segment, bytes) chunk, then fsync what was written; return the offset
-        at which each chunk landed in its segment. Raises OSError."""
+    def write(self, chunks: list[tuple[int, bytes]], *, sync: bool = True) -> list[int]:
+        """Append each (segment, bytes) chunk, then fsync what was written (unless not
+        `sync`: records nobody waits for); return the offset at which each chunk landed in
+        its segment. Raises OSError."""
         if self.broken:
             raise OSError("message log is broken after a failed write could not be undone")
         ends: dict[int, int] = {}  # segment -> its size as this batch grows it
@@ -114,8 +115,9 @@ class SegmentLog:
                 while view:
                     written = os.write(fds[number], view)
                     view = view[written:]
-            for fd in fds.values():
-                os.fsync(fd)
+            if sync:
+                for fd in fds.values():
+                    os.fsync(fd)
             self._close_retired()
         except OSError:
             # Cut what this batch wrote, so later batches never follow a partial record

@@ -178,12 +178,12 @@ class FaultySegmentLog(SegmentLog):
         assert fraction is None or 0.0 <= fraction <= 1.0
         self._next = (_Fault(errno.EIO, written, crash=True), fraction)
 
-    def write(self, chunks: Chunks) -> list[int]:
+    def write(self, chunks: Chunks, *, sync: bool = True) -> list[int]:
         if self.crashed:
             self.failures += 1
             raise OSError(errno.EIO, "the disk crashed")
         if self._next is None:
-            offsets = super().write(chunks)
+            offsets = super().write(chunks, sync=sync)
             self.writes += 1
             self.batches.append(list(chunks))
             return offsets
@@ -194,7 +194,7 @@ class FaultySegmentLog(SegmentLog):
         self.failures += 1
         self._os.arm(fault)
         try:
-            super().write(chunks)
+            super().write(chunks, sync=sync)
         finally:
             self._os.arm(None)
         raise AssertionError("an armed fault did not strike")  # pragma: no cover

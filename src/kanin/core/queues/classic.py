@@ -37,6 +37,7 @@ from collections.abc import Callable
 from operator import methodcaller
 from typing import TYPE_CHECKING, Any
 
+from kanin.core.commit_rounds import RoundBatches
 from kanin.core.dispatch import DispatchRing
 from kanin.core.message import Entry, Message, entry_cost
 from kanin.core.paging import (
@@ -106,8 +107,10 @@ class ClassicQueue(Queue):
         self.store = store if durable else None
         self.store_key = queue_key(vhost, name)
         self._next_seq = 1
-        # Stored messages whose commit round has not ended, by round (see _on_commit).
-        self._unsynced: dict[int, list[Entry]] = {}
+        # Stored messages whose commit round has not ended (see _on_commit).
+        self._unsynced: RoundBatches[Entry] | None = (
+            RoundBatches(self.store, self._on_commit) if self.store is not None else None
+        )
         self._dispatch_scheduled = False
         self._had_consumer = False
         self._ttl = HeadTimer(scheduler, self._on_ttl_due)
@@ -150,7 +153,8 @@ class ClassicQueue(Queue):
                 priority=message.priority,
                 expires_at_ms=0 if ttl is None else self._scheduler.wall_clock_ms() + ttl,
             )
-            self._await_commit(entry)
+            assert self._unsynced is not None
+            self._unsynced.add(entry)
             result = STORED
         if not self.ready and self.consumers:
             # As RabbitMQ: a message reaching an empty queue goes straight to a consumer
@@ -173,23 +177,12 @@ class ClassicQueue(Queue):
             self.schedule_dispatch()
         return result
 
-    def _await_commit(self, entry: Entry) -> None:
-        """Keep a stored entry in its commit round's batch until the round ends."""
-        assert self.store is not None
-        round_number = self.store.pending_round()
-        batch = self._unsynced.get(round_number)
-        if batch is None:
-            batch = self._unsynced[round_number] = []
-            self.store.after_commit(lambda ok: self._on_commit(round_number, ok))
-        batch.append(entry)
-
-    def _on_commit(self, round_number: int, ok: bool) -> None:
+    def _on_commit(self, batch: list[Entry], ok: bool) -> None:
         """A failed round nacks its publishers, who may well publish again: the messages
         it held must not stay to be delivered too. Those not yet delivered leave the
         queue (and the store, should a later round still write them). One already handed
         to a consumer cannot be called back; its publisher got a nack all the same."""
-        batch = self._unsynced.pop(round_number, None)
-        if ok or not batch or self.deleted:
+        if ok or self.deleted:
             return
         for entry in self.ready.remove({id(entry) for entry in batch}):
             self.ready_bytes -= entry.size

@@ -25,24 +25,24 @@ class Timers(Protocol):
 class Heartbeat:
     def __init__(
         self,
-        loop: Timers,
+        timers: Timers,
         interval_s: int,
         counters: Callable[[], tuple[int, int]],
         send_heartbeat: Callable[[], None],
         on_dead_peer: Callable[[], None],
     ) -> None:
         assert interval_s > 0
-        self._loop = loop
+        self._timers = timers
         self.interval_s = interval_s
         self._counters = counters  # () -> (bytes received, bytes sent) so far
         self._send_heartbeat = send_heartbeat
         self._on_dead_peer = on_dead_peer
         self._timer: Cancellable | None = None
-        self._last_heard = loop.time()
+        self._last_heard = timers.time()
         self._seen_in, self._seen_out = counters()
 
     def start(self) -> None:
-        self._timer = self._loop.call_later(self.interval_s / 2, self._tick)
+        self._timer = self._timers.call_later(self.interval_s / 2, self._tick)
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -50,7 +50,7 @@ class Heartbeat:
             self._timer = None
 
     def _tick(self) -> None:
-        now = self._loop.time()
+        now = self._timers.time()
         bytes_in, bytes_out = self._counters()
         if bytes_in != self._seen_in:
             self._last_heard = now

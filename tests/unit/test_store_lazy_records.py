@@ -1,0 +1,100 @@
+"""Records nobody waits for (delivered marks, removals) start no commit round of their own
+(kanin/store/committer.py): they ride along with the next round something else starts, and
+if none starts within LAZY_WRITE_S they are written without an fsync. Runs on a real
+directory with a SegmentLog that records what each write was asked to do."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from kanin.store import records
+from kanin.store.committer import LAZY_WRITE_S
+from kanin.store.file_store import FileStore
+from kanin.store.records import FILE_HEADER
+from kanin.store.segments import SegmentLog
+
+QUEUE = "/\x00q"
+
+
+class RecordingLog(SegmentLog):
+    """Each write as (record types in it, whether it was fsynced)."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.writes: list[tuple[list[int], bool]] = []
+
+    def write(self, chunks: list[tuple[int, bytes]], *, sync: bool = True) -> list[int]:
+        data = FILE_HEADER + b"".join(data for _, data in chunks)
+        self.writes.append(([record.type for _, record in records.scan(data)], sync))
+        return super().write(chunks, sync=sync)
+
+
+async def committed(store: FileStore) -> bool:
+    done: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+    store.after_commit(done.set_result)
+    return await done
+
+
+async def open_store(directory: Path) -> tuple[FileStore, RecordingLog]:
+    log = RecordingLog(directory)
+    store = FileStore(directory, asyncio.get_running_loop(), segments=log)
+    store.recover()
+    return store, log
+
+
+async def test_removals_and_delivered_marks_start_no_round(tmp_path: Path) -> None:
+    store, log = await open_store(tmp_path)
+    ids = [store.enqueue(QUEUE, "", "rk", b"", b"body") for _ in range(3)]
+    assert await committed(store)
+    rounds, writes = store.committer.rounds_started, len(log.writes)
+    store.delivered(QUEUE, ids[0])
+    store.remove(QUEUE, ids[1])
+    await asyncio.sleep(LAZY_WRITE_S / 4)
+    assert store.committer.rounds_started == rounds  # nothing started a round for them
+    assert len(log.writes) == writes
+    await store.close()
+
+
+async def test_lazy_records_ride_along_with_the_next_round(tmp_path: Path) -> None:
+    store, log = await open_store(tmp_path)
+    first = store.enqueue(QUEUE, "", "rk", b"", b"one")
+    assert await committed(store)
+    store.remove(QUEUE, first)
+    store.enqueue(QUEUE, "", "rk", b"", b"two")
+    assert await committed(store)
+    assert log.writes[-1] == ([records.REMOVE, records.ENQUEUE], True)
+    await store.close()
+
+
+async def test_alone_they_are_written_without_fsync_soon(tmp_path: Path) -> None:
+    store, log = await open_store(tmp_path)
+    message = store.enqueue(QUEUE, "", "rk", b"", b"one")
+    assert await committed(store)
+    writes = len(log.writes)
+    store.delivered(QUEUE, message)
+    store.remove(QUEUE, message)
+    for _ in range(200):
+        if len(log.writes) > writes:
+            break
+        await asyncio.sleep(LAZY_WRITE_S)
+    assert log.writes[writes:] == [([records.DELIVERED, records.REMOVE], False)]
+    await store.close()
+
+
+async def test_what_was_written_lazily_is_read_by_recovery(tmp_path: Path) -> None:
+    """A process crash keeps what write() handed the kernel: abandon the store (no drain,
+    no close), open the directory again: the removed message stays removed."""
+    store, _ = await open_store(tmp_path)
+    kept, gone = (store.enqueue(QUEUE, "", "rk", b"", b"x") for _ in range(2))
+    assert await committed(store)
+    store.remove(QUEUE, gone)
+    for _ in range(200):
+        if store.committer.idle:
+            break
+        await asyncio.sleep(LAZY_WRITE_S)
+    assert store.committer.idle
+    again = FileStore(tmp_path, asyncio.get_running_loop())
+    assert [message.id for message in again.recover()[QUEUE]] == [kept]
+    await again.close()
+    await store.close()
