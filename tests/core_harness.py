@@ -1,6 +1,7 @@
 """A broker core without sockets, for tests of consuming (tests/unit/test_dispatch_*.py):
-a real Broker on a FakeScheduler, channels on a fake connection, methods sent as pamqp
-commands, and every delivery recorded as (consumer tag, body).
+a real Broker on a FakeScheduler, channels on a fake connection with the services a
+session would give them, methods sent as pamqp commands, and every delivery recorded
+as (consumer tag, body).
 
 Import it like helpers (tests/ is on sys.path): `from core_harness import Core`.
 """
@@ -17,27 +18,25 @@ from kanin.core.broker import Broker
 from kanin.core.channel import Channel
 from kanin.core.consumer import Consumer
 from kanin.core.message import Entry, Message
+from kanin.core.ports import ChannelServices
 from kanin.core.queues import Queue
 from kanin.testing.clock import FakeScheduler
 
 
 class FakePort:
-    """What a channel needs from its connection; `writable` can be switched by a test."""
+    """What a channel needs from its connection (a ConnectionPort); `writable` can be
+    switched by a test."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.vhost = broker.vhosts["/"]
-        self.user = broker.users.users["guest"]
+    def __init__(self, max_message_bytes: int) -> None:
         self.frame_max = 131072
         self.client_capabilities: dict[str, Any] = {"consumer_cancel_notify": True}
         self.exclusive_queues: set[Queue] = set()
         # As a connection's: two maximum-size messages in assembly across its channels.
-        self.assembly_limit = AssemblyLimit(2 * broker.config.max_message_size_bytes)
+        self.assembly_limit = AssemblyLimit(2 * max_message_bytes)
         self.writable = True
         self.channels: list[Channel] = []
         self.sent = 0
         self.name = "fake-client -> fake-broker"
-        self.assembly_limit = AssemblyLimit(2 * broker.config.max_message_size_bytes)
 
     def send(self, data: bytes) -> None:
         self.sent += 1
@@ -47,6 +46,9 @@ class FakePort:
 
     def request_flush(self, channel: Channel) -> None:
         pass
+
+    def hold_until_saved(self) -> None:
+        pass  # nothing is saved: the broker keeps no definitions on disk here
 
     def resume_writing(self) -> None:
         """As the server's connection does when its socket drains."""
@@ -58,8 +60,14 @@ class FakePort:
 class RecordingChannel(Channel):
     """A channel that notes every delivery in its Core's log."""
 
-    def __init__(self, channel_id: int, port: FakePort, log: list[tuple[str, bytes]]) -> None:
-        super().__init__(channel_id, port)
+    def __init__(
+        self,
+        channel_id: int,
+        port: FakePort,
+        services: ChannelServices,
+        log: list[tuple[str, bytes]],
+    ) -> None:
+        super().__init__(channel_id, port, services)
         self.log = log
 
     def deliver(self, consumer: Consumer, entry: Entry) -> None:
@@ -74,8 +82,17 @@ class Core:
     def __init__(self) -> None:
         self.clock = FakeScheduler()
         self.broker = Broker(BrokerConfig(), self.clock)
-        self.port = FakePort(self.broker)
-        self.vhost = self.port.vhost
+        limit = self.broker.config.max_message_size_bytes
+        self.port = FakePort(limit)
+        self.vhost = self.broker.vhosts["/"]
+        # What the session hands its channels once guest has opened vhost "/".
+        self.services = ChannelServices(
+            vhost=self.vhost,
+            user=self.broker.users.users["guest"],
+            store=self.broker.store,
+            replies=self.broker.replies,
+            max_message_bytes=limit,
+        )
         self.deliveries: list[tuple[str, bytes]] = []
 
     def run(self) -> None:
@@ -93,7 +110,9 @@ class Core:
         )
 
     def channel(self, prefetch: int = 0, global_prefetch: int = 0) -> RecordingChannel:
-        channel = RecordingChannel(len(self.port.channels) + 1, self.port, self.deliveries)
+        channel = RecordingChannel(
+            len(self.port.channels) + 1, self.port, self.services, self.deliveries
+        )
         self.port.channels.append(channel)
         if prefetch:
             channel.handle_method(commands.Basic.Qos(prefetch_count=prefetch))

@@ -15,8 +15,7 @@ from pamqp import commands
 from pika.exceptions import ChannelClosedByBroker, ProbableAuthenticationError
 
 from helpers import pika_params
-from kanin.core import bugs
-from kanin.core import channel as channel_module
+from kanin.core import bugs, channel_methods
 from rawamqp import RawClient, build_frame
 
 pytestmark = pytest.mark.kanin_only  # kanin's own log, read in-process
@@ -99,7 +98,7 @@ def test_a_bug_logs_its_traceback_once_and_a_line_each_time(
     def broken(channel: Any, method: Any) -> None:
         raise RuntimeError("simulated bug")
 
-    monkeypatch.setitem(channel_module.HANDLERS, commands.Basic.Qos, broken)
+    monkeypatch.setitem(channel_methods.HANDLERS, commands.Basic.Qos, broken)
     monkeypatch.setattr(bugs, "_seen", set())
     caplog.set_level(logging.INFO, logger="kanin")
     for _ in range(3):

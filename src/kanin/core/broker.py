@@ -7,16 +7,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kanin.config import BrokerConfig, PermissionSpec
-from kanin.core import handlers_basic, handlers_topology  # noqa: F401  (register handlers)
 from kanin.core.alarms import Alarms
 from kanin.core.auth import Permission, UserStore
 from kanin.core.memory import MemoryMonitor, RssReader
 from kanin.core.queues import Queue
+from kanin.core.reply_to import ReplyRegistry
 from kanin.core.scheduling import Scheduler, Soon
 from kanin.core.vhost import VirtualHost
 
 if TYPE_CHECKING:
-    from kanin.core.channel import Channel
     from kanin.store.api import MessageStore
 
 log = logging.getLogger(__name__)
@@ -60,8 +59,8 @@ class Broker:
         # Open AMQP connections (the server layer adds and removes them).
         self.connections: set[Any] = set()
         self.vhosts: dict[str, VirtualHost] = {}
-        # Channels holding a direct reply-to consumer, by the key in their reply-to address.
-        self.reply_channels: dict[str, Channel] = {}
+        # Direct reply-to consumers: a reply may come from any connection.
+        self.replies = ReplyRegistry()
         for vhost_name in (config.default_vhost, *config.vhosts):
             self.add_vhost(vhost_name)
         for spec in config.default_users:

@@ -3,11 +3,12 @@
 Rules of this file:
 - A channel is OPEN until it or its peer starts closing; while CLOSING it ignores
   everything but channel.close / channel.close-ok, as the spec asks.
-- Handlers live beside this file (handlers_*.py) and are looked up by method class;
-  they import Channel and register with @handles when core/broker.py imports them
-  (so this module imports none of them: no import cycle);
+- Handlers live beside this file (handlers_*.py) and are looked up by method class in
+  the table of channel_methods.py, the channel's whole method surface;
   they raise AMQPError, which the connection turns into channel.close or
   connection.close. They never write to the socket except through the port.
+- What the channel uses of the broker comes in its constructor (ChannelServices), and
+  direct reply-to is reply_to.py's: a channel only holds its reply consumer.
 - Deliveries go out as soon as a queue dispatches; confirms are coalesced and go
   out at the end of the event-loop turn (see ConfirmLedger.drain), except that a
   returned publish's goes out right behind its basic.return (publishing.py).
@@ -16,7 +17,6 @@ Rules of this file:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -34,39 +34,29 @@ from kanin.amqp.methods import (
     encode_deliver_head,
     encode_method,
 )
+from kanin.core.channel_methods import HANDLERS
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
 from kanin.core.message import Entry, Message
+from kanin.core.publishing import publish
 from kanin.core.queues import Queue
+from kanin.core.reply_to import ReplyConsumer
 from kanin.core.unacked import Unacked, UnackedLedger
 
 if TYPE_CHECKING:
-    from kanin.core.ports import ConnectionPort
+    from kanin.core.ports import ChannelServices, ConnectionPort
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[["Channel", Any], None]
-HANDLERS: dict[type, Handler] = {}
-
-
-def handles(*method_classes: type) -> Callable[[Handler], Handler]:
-    def register(fn: Handler) -> Handler:
-        for cls in method_classes:
-            HANDLERS[cls] = fn
-        return fn
-
-    return register
-
 
 class Channel:
-    def __init__(self, channel_id: int, port: ConnectionPort) -> None:
+    def __init__(self, channel_id: int, port: ConnectionPort, services: ChannelServices) -> None:
         self.id = channel_id
         self.port = port
-        self.vhost = port.vhost
+        self.services = services
+        self.vhost = services.vhost
         self.closing = False
-        self.assembler = ContentAssembler(
-            port.broker.config.max_message_size_bytes, port.assembly_limit
-        )
+        self.assembler = ContentAssembler(services.max_message_bytes, port.assembly_limit)
         self.unacked = UnackedLedger()
         self.consumers: dict[str, Consumer] = {}
         self.consumer_prefetch = 0  # basic.qos global=false: for consumers created later
@@ -78,8 +68,7 @@ class Channel:
         self.confirms: ConfirmLedger | None = None  # set by confirm.select
         self.tx: list[tuple[str, Any]] | None = None  # buffered publishes/acks in tx mode
         self.last_queue_name = ""
-        self.reply_key: str | None = None  # direct reply-to consumer, if any
-        self.reply_consumer_tag = ""
+        self.reply: ReplyConsumer | None = None  # set and cleared by reply_to.ReplyRegistry
 
     # -- frames in ----------------------------------------------------------------
 
@@ -193,20 +182,6 @@ class Channel:
         parts += encode_content(self.id, message.header_payload, message.body, self.port.frame_max)
         self.port.send_parts(parts)
 
-    def deliver_reply(self, message: Message) -> None:
-        """A direct reply-to response: no queue, no ack, straight to the waiting consumer."""
-        # RabbitMQ 3.10 stamps a reply with the channel's next tag without using it up.
-        tag = self.unacked.peek_tag()
-        method = build(
-            commands.Basic.Deliver,
-            consumer_tag=self.reply_consumer_tag,
-            delivery_tag=tag,
-            redelivered=False,
-            exchange=message.exchange,
-            routing_key=message.routing_key,
-        )
-        self.send_content(method, message)
-
     # -- acknowledgements ---------------------------------------------------------
 
     def apply_settled(self, records: list[Unacked], requeue: bool | None) -> None:
@@ -302,8 +277,8 @@ class Channel:
         consumer = self.consumers.pop(tag, None)
         if consumer is not None:
             consumer.queue.remove_consumer(consumer)
-        elif tag == self.reply_consumer_tag and self.reply_key is not None:
-            self._drop_reply_consumer()
+        elif self.reply is not None and tag == self.reply.tag:
+            self.services.replies.cancel(self)
 
     def consumer_cancelled_by_broker(self, consumer: Consumer) -> None:
         """The queue went away: tell the client, if it asked to be told."""
@@ -313,12 +288,6 @@ class Channel:
         capabilities = self.port.client_capabilities
         if not self.closing and capabilities.get("consumer_cancel_notify"):
             self.send_method(build(commands.Basic.Cancel, consumer_tag=consumer.tag, nowait=True))
-
-    def _drop_reply_consumer(self) -> None:
-        if self.reply_key is not None:
-            self.port.broker.reply_channels.pop(self.reply_key, None)
-        self.reply_key = None
-        self.reply_consumer_tag = ""
 
     # -- closing ------------------------------------------------------------------
 
@@ -330,7 +299,7 @@ class Channel:
             consumer.queue.remove_consumer(consumer)
         self.consumers.clear()
         self.parked.clear()
-        self._drop_reply_consumer()
+        self.services.replies.cancel(self)
         if self.confirms is not None:
             self.confirms.close()  # no confirm goes out on a closed channel
         uncommitted = [r for kind, args in (self.tx or []) if kind == "settle" for r in args[0]]
@@ -372,6 +341,3 @@ def _groups_in_requeue_order(records: list[Unacked]) -> list[tuple[Queue, list[U
         groups[key]
         for key in sorted(groups, key=lambda k: (groups[k][0].name, k[1] is not None, k[1] or ""))
     ]
-
-
-from kanin.core.publishing import publish  # noqa: E402

@@ -1,21 +1,26 @@
-"""basic.*, confirm.* and tx.* handlers: consuming, acknowledging, confirming."""
+"""basic.*, confirm.*, tx.* and channel.flow handlers: consuming, acknowledging,
+confirming. channel_methods.py says which method each of them handles.
+"""
 
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError, ConnectionError_
 from kanin.amqp.methods import build
-from kanin.core.channel import Channel, handles
+from kanin.core import reply_to
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
 from kanin.core.permissions import check_permission
-from kanin.core.publishing import REPLY_TO, new_reply_key, route_and_enqueue
+from kanin.core.publishing import route_and_enqueue
 from kanin.core.unacked import Unacked
+
+if TYPE_CHECKING:
+    from kanin.core.channel import Channel
 
 
 def _queue_name(channel: Channel, name: str) -> str:
@@ -27,7 +32,6 @@ def _queue_name(channel: Channel, name: str) -> str:
     return channel.last_queue_name
 
 
-@handles(commands.Basic.Qos)
 def basic_qos(channel: Channel, method: commands.Basic.Qos) -> None:
     if method.prefetch_size:
         raise ConnectionError_(C.NOT_IMPLEMENTED, f"prefetch_size!=0 ({method.prefetch_size})")
@@ -41,13 +45,12 @@ def basic_qos(channel: Channel, method: commands.Basic.Qos) -> None:
     channel.send_method(build(commands.Basic.QosOk))
 
 
-@handles(commands.Basic.Consume)
 def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
-    if method.queue == REPLY_TO:
+    if reply_to.is_pseudo_queue(method.queue):
         _consume_reply_to(channel, method)
         return
     name = _queue_name(channel, method.queue)
-    check_permission(channel.port, "read", "queue", name)
+    check_permission(channel.services, "read", "queue", name)
     queue = channel.vhost.get_queue(name, channel.port)
     tag = _consumer_tag(channel, method)
     if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
@@ -73,35 +76,29 @@ def _consumer_tag(channel: Channel, method: commands.Basic.Consume) -> str:
     """The client's tag, or a server-made `amq.ctag-...`; reusing a tag on the channel
     closes the connection with 530, as in RabbitMQ."""
     tag = method.consumer_tag or "amq.ctag-" + secrets.token_urlsafe(16)
-    if tag in channel.consumers or tag == channel.reply_consumer_tag:
+    if tag in channel.consumers or (channel.reply is not None and tag == channel.reply.tag):
         raise ConnectionError_(C.NOT_ALLOWED, f"attempt to reuse consumer tag '{tag}'")
     return tag
 
 
 def _consume_reply_to(channel: Channel, method: commands.Basic.Consume) -> None:
-    if not method.no_ack:
-        raise ChannelError(C.PRECONDITION_FAILED, "reply consumer cannot acknowledge")
-    if channel.reply_key is not None:
-        raise ChannelError(C.PRECONDITION_FAILED, "reply consumer already set")
+    replies = channel.services.replies
+    replies.check_consume(channel, method.no_ack)
     tag = _consumer_tag(channel, method)
-    channel.reply_key = new_reply_key()
-    channel.reply_consumer_tag = tag
-    channel.port.broker.reply_channels[channel.reply_key] = channel
+    replies.consume(channel, tag)
     if not method.nowait:
         channel.send_method(build(commands.Basic.ConsumeOk, consumer_tag=tag))
 
 
-@handles(commands.Basic.Cancel)
 def basic_cancel(channel: Channel, method: commands.Basic.Cancel) -> None:
     channel.cancel_consumer(method.consumer_tag or "")
     if not method.nowait:
         channel.send_method(build(commands.Basic.CancelOk, consumer_tag=method.consumer_tag))
 
 
-@handles(commands.Basic.Get)
 def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
     name = _queue_name(channel, method.queue)
-    check_permission(channel.port, "read", "queue", name)
+    check_permission(channel.services, "read", "queue", name)
     queue = channel.vhost.get_queue(name, channel.port)
     queue.touch()
     entry = queue.take()
@@ -129,17 +126,14 @@ def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
     )
 
 
-@handles(commands.Basic.Ack)
 def basic_ack(channel: Channel, method: commands.Basic.Ack) -> None:
     _settle(channel, method.delivery_tag, method.multiple, None)
 
 
-@handles(commands.Basic.Nack)
 def basic_nack(channel: Channel, method: commands.Basic.Nack) -> None:
     _settle(channel, method.delivery_tag, method.multiple, method.requeue)
 
 
-@handles(commands.Basic.Reject)
 def basic_reject(channel: Channel, method: commands.Basic.Reject) -> None:
     _settle(channel, method.delivery_tag or 0, False, method.requeue)
 
@@ -154,7 +148,6 @@ def _settle(channel: Channel, tag: int, multiple: bool, requeue: bool | None) ->
     channel.apply_settled(records, requeue)
 
 
-@handles(commands.Basic.Recover, commands.Basic.RecoverAsync)
 def basic_recover(channel: Channel, method: Any) -> None:
     if not method.requeue:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "requeue=false")
@@ -164,19 +157,17 @@ def basic_recover(channel: Channel, method: Any) -> None:
     channel.recover()
 
 
-@handles(commands.Confirm.Select)
 def confirm_select(channel: Channel, method: commands.Confirm.Select) -> None:
     if channel.tx is not None:
         raise ChannelError(C.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
     if channel.confirms is None:
         channel.confirms = ConfirmLedger(
-            channel.port.broker.store, lambda: channel.port.request_flush(channel)
+            channel.services.store, lambda: channel.port.request_flush(channel)
         )
     if not method.nowait:
         channel.send_method(build(commands.Confirm.SelectOk))
 
 
-@handles(commands.Tx.Select)
 def tx_select(channel: Channel, method: commands.Tx.Select) -> None:
     if channel.confirms is not None:
         raise ChannelError(C.PRECONDITION_FAILED, "cannot switch from confirm to tx mode")
@@ -185,7 +176,6 @@ def tx_select(channel: Channel, method: commands.Tx.Select) -> None:
     channel.send_method(build(commands.Tx.SelectOk))
 
 
-@handles(commands.Tx.Commit)
 def tx_commit(channel: Channel, method: commands.Tx.Commit) -> None:
     if channel.tx is None:
         raise ChannelError(C.PRECONDITION_FAILED, "channel is not transactional")
@@ -195,7 +185,7 @@ def tx_commit(channel: Channel, method: commands.Tx.Commit) -> None:
             route_and_enqueue(channel, *args)
         else:
             channel.apply_settled(*args)
-    store = channel.port.broker.store
+    store = channel.services.store
     if store is None:
         channel.send_method(build(commands.Tx.CommitOk))
         return
@@ -212,7 +202,6 @@ def tx_commit(channel: Channel, method: commands.Tx.Commit) -> None:
     store.after_commit(committed)
 
 
-@handles(commands.Tx.Rollback)
 def tx_rollback(channel: Channel, method: commands.Tx.Rollback) -> None:
     if channel.tx is None:
         raise ChannelError(C.PRECONDITION_FAILED, "channel is not transactional")
@@ -223,7 +212,6 @@ def tx_rollback(channel: Channel, method: commands.Tx.Rollback) -> None:
     channel.send_method(build(commands.Tx.RollbackOk))
 
 
-@handles(commands.Channel.Flow)
 def channel_flow(channel: Channel, method: commands.Channel.Flow) -> None:
     if not method.active:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "active=false")

@@ -1,19 +1,24 @@
-"""exchange.* and queue.* handlers: translate methods to vhost operations and reply."""
+"""exchange.* and queue.* handlers: translate methods to vhost operations and reply.
+
+channel_methods.py says which method each of them handles.
+"""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from pamqp import commands
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError
 from kanin.amqp.methods import build
-from kanin.core.channel import Channel, handles
 from kanin.core.exchanges import Destination
 from kanin.core.permissions import authorizer, check_permission
-from kanin.core.publishing import REPLY_TO, is_reply_to_name
+
+if TYPE_CHECKING:
+    from kanin.core.channel import Channel
 
 
-@handles(commands.Exchange.Declare)
 def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> None:
     channel.vhost.declare_exchange(
         method.exchange,
@@ -23,30 +28,28 @@ def exchange_declare(channel: Channel, method: commands.Exchange.Declare) -> Non
         auto_delete=method.auto_delete,
         internal=method.internal,
         arguments=method.arguments or {},
-        authorize=None if method.passive else authorizer(channel.port),
+        authorize=None if method.passive else authorizer(channel.services),
     )
     if not method.nowait:
         channel.send_definition_reply(build(commands.Exchange.DeclareOk))
 
 
-@handles(commands.Exchange.Delete)
 def exchange_delete(channel: Channel, method: commands.Exchange.Delete) -> None:
     channel.vhost.delete_exchange(
-        method.exchange, method.if_unused, authorize=authorizer(channel.port)
+        method.exchange, method.if_unused, authorize=authorizer(channel.services)
     )
     if not method.nowait:
         channel.send_definition_reply(build(commands.Exchange.DeleteOk))
 
 
-@handles(commands.Exchange.Bind, commands.Exchange.Unbind)
 def exchange_bind(
     channel: Channel, method: commands.Exchange.Bind | commands.Exchange.Unbind
 ) -> None:
     vhost = channel.vhost
-    check_permission(channel.port, "write", "exchange", method.destination)
+    check_permission(channel.services, "write", "exchange", method.destination)
     if method.destination == "" or method.source == "":
         raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
-    check_permission(channel.port, "read", "exchange", method.source)
+    check_permission(channel.services, "read", "exchange", method.source)
     binding = isinstance(method, commands.Exchange.Bind)
     destination: Destination | None
     if binding:
@@ -63,14 +66,11 @@ def exchange_bind(
         )
 
 
-@handles(commands.Queue.Declare)
 def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
     vhost, port = channel.vhost, channel.port
-    if is_reply_to_name(method.queue, port.broker) and (method.passive or method.queue == REPLY_TO):
-        # RabbitMQ 3.10 answers as if the pseudo-queue had one consumer.
-        channel.send_method(
-            build(commands.Queue.DeclareOk, queue=method.queue, message_count=0, consumer_count=1)
-        )
+    reply_declare_ok = channel.services.replies.declare_ok(method.queue, method.passive)
+    if reply_declare_ok is not None:
+        channel.send_method(reply_declare_ok)
         return
     if method.passive:
         queue = vhost.get_queue(method.queue, port)
@@ -84,7 +84,7 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
             exclusive=method.exclusive,
             auto_delete=method.auto_delete,
             arguments=method.arguments or {},
-            authorize=authorizer(port),
+            authorize=authorizer(channel.services),
         )
     if queue.exclusive_owner is port:
         port.exclusive_queues.add(queue)
@@ -100,14 +100,13 @@ def queue_declare(channel: Channel, method: commands.Queue.Declare) -> None:
         )
 
 
-@handles(commands.Queue.Bind, commands.Queue.Unbind)
 def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Unbind) -> None:
     vhost, port = channel.vhost, channel.port
     name = method.queue or channel.last_queue_name
-    check_permission(port, "write", "queue", name)
+    check_permission(channel.services, "write", "queue", name)
     if method.exchange == "":
         raise ChannelError(C.ACCESS_REFUSED, "operation not permitted on the default exchange")
-    check_permission(port, "read", "exchange", method.exchange)
+    check_permission(channel.services, "read", "exchange", method.exchange)
     arguments = method.arguments or {}
     if isinstance(method, commands.Queue.Bind):
         vhost.get_exchange(method.exchange)  # RabbitMQ reports a missing exchange first
@@ -126,21 +125,19 @@ def queue_bind(channel: Channel, method: commands.Queue.Bind | commands.Queue.Un
     channel.send_definition_reply(build(commands.Queue.UnbindOk))
 
 
-@handles(commands.Queue.Purge)
 def queue_purge(channel: Channel, method: commands.Queue.Purge) -> None:
     name = method.queue or channel.last_queue_name
-    check_permission(channel.port, "read", "queue", name)
+    check_permission(channel.services, "read", "queue", name)
     queue = channel.vhost.get_queue(name, channel.port)
     count = queue.purge()
     if not method.nowait:
         channel.send_method(build(commands.Queue.PurgeOk, message_count=count))
 
 
-@handles(commands.Queue.Delete)
 def queue_delete(channel: Channel, method: commands.Queue.Delete) -> None:
     vhost = channel.vhost
     name = method.queue or channel.last_queue_name
-    check_permission(channel.port, "configure", "queue", name)
+    check_permission(channel.services, "configure", "queue", name)
     queue = vhost.queues.get(name)
     if queue is None:
         # RabbitMQ 3.x answers delete-ok for a queue that does not exist.

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError
 
 if TYPE_CHECKING:
-    from kanin.core.ports import ConnectionPort
+    from kanin.core.auth import User
+    from kanin.core.vhost import VirtualHost
 
 # (kind, resource, name): raises ChannelError 403 unless the user may.
 Authorize = Callable[[str, str, str], None]
@@ -25,9 +26,19 @@ Authorize = Callable[[str, str, str], None]
 DEFAULT_EXCHANGE_NAME = "amq.default"
 
 
-def check_permission(port: ConnectionPort, kind: str, resource: str, name: str) -> None:
+class Grantee(Protocol):
+    """Who asks: a user, in the vhost its connection opened (a channel's ChannelServices)."""
+
+    @property
+    def user(self) -> User: ...
+
+    @property
+    def vhost(self) -> VirtualHost: ...
+
+
+def check_permission(who: Grantee, kind: str, resource: str, name: str) -> None:
     """kind: configure | write | read; resource: exchange | queue."""
-    user, vhost = port.user, port.vhost
+    user, vhost = who.user, who.vhost
     if resource == "exchange" and name == "":
         name = DEFAULT_EXCHANGE_NAME
     permission = user.permissions.get(vhost.name)
@@ -40,6 +51,6 @@ def check_permission(port: ConnectionPort, kind: str, resource: str, name: str) 
     )
 
 
-def authorizer(port: ConnectionPort) -> Authorize:
-    """The permission check of one connection, for code that has no connection."""
-    return partial(check_permission, port)
+def authorizer(who: Grantee) -> Authorize:
+    """The permission check of one user in one vhost, for code that knows no users."""
+    return partial(check_permission, who)

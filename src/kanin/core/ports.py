@@ -1,22 +1,28 @@
-"""What the core needs from a connection: a way out for frames, and who is talking."""
+"""What a channel gets from outside it: its connection, and the broker's shared services.
+
+A channel is handed both when it is made (Channel.__init__), so nothing in the core
+reaches through the connection to the broker: a test builds a channel from a fake
+connection and the services it wants, and the connection need not know the broker.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from kanin.amqp.assembler import AssemblyLimit
     from kanin.core.auth import User
-    from kanin.core.broker import Broker
     from kanin.core.channel import Channel
     from kanin.core.queues import Queue
+    from kanin.core.reply_to import ReplyRegistry
     from kanin.core.vhost import VirtualHost
+    from kanin.store.api import MessageStore
 
 
 class ConnectionPort(Protocol):
-    broker: Broker
-    user: User
-    vhost: VirtualHost
+    """What a channel needs from its connection: a way out for frames, and its limits."""
+
     frame_max: int
     client_capabilities: dict[str, Any]
     exclusive_queues: set[Queue]  # the connection deletes them when it closes
@@ -39,3 +45,15 @@ class ConnectionPort(Protocol):
 
     def request_flush(self, channel: Channel) -> None:
         """Ask for channel.flush() at the end of this event-loop turn (confirm coalescing)."""
+
+
+@dataclass(frozen=True)
+class ChannelServices:
+    """What a channel uses beyond its connection: fixed once the connection has opened
+    its vhost, so the session builds it once and hands it to each channel it opens."""
+
+    vhost: VirtualHost
+    user: User  # whom permission checks and the user_id property are about
+    store: MessageStore | None  # None when messages are not kept on disk
+    replies: ReplyRegistry  # direct reply-to consumers, shared across connections
+    max_message_bytes: int  # the largest body a publish may carry

@@ -5,13 +5,12 @@ route through the vhost, hand the message to each queue, then record the
 confirm (sent coalesced at the end of the turn). An unroutable mandatory
 message gets basic.return now, followed at once by its basic.ack, as in RabbitMQ.
 In tx mode the publish is buffered and this path runs at tx.commit instead.
+Direct reply-to's rewriting of reply_to and its delivery of replies are reply_to.py's.
 """
 
 from __future__ import annotations
 
-import base64
 import re
-import secrets
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -22,17 +21,14 @@ from kanin.amqp.errors import ChannelError, ConnectionError_
 from kanin.amqp.frames import decode_properties
 from kanin.amqp.methods import build
 from kanin.amqp.tables import encode_header
+from kanin.core import reply_to
 from kanin.core.message import Message
 from kanin.core.permissions import check_permission
 from kanin.core.queue_args import MAX_TTL_MS
 from kanin.core.queues import REFUSED, STORED
 
 if TYPE_CHECKING:
-    from kanin.core.broker import Broker
     from kanin.core.channel import Channel
-
-REPLY_TO = "amq.rabbitmq.reply-to"
-REPLY_TO_PREFIX = REPLY_TO + "."
 
 
 def publish(channel: Channel, content: Content) -> None:
@@ -40,7 +36,7 @@ def publish(channel: Channel, content: Content) -> None:
     if method.immediate:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "immediate=true")
     vhost = channel.vhost
-    check_permission(channel.port, "write", "exchange", method.exchange)
+    check_permission(channel.services, "write", "exchange", method.exchange)
     exchange = vhost.exchanges.get(method.exchange)
     if exchange is None:
         raise vhost.exchange_not_found(method.exchange)
@@ -51,16 +47,17 @@ def publish(channel: Channel, content: Content) -> None:
         )
     properties = decode_properties(content.header.payload)
     user_id = properties.user_id
-    if user_id and user_id != channel.port.user.name:
+    user = channel.services.user
+    if user_id and user_id != user.name:
         raise ChannelError(
             C.PRECONDITION_FAILED,
-            f"user_id property set to '{user_id}' but authenticated user was "
-            f"'{channel.port.user.name}'",
+            f"user_id property set to '{user_id}' but authenticated user was '{user.name}'",
         )
     header_payload = content.header.payload
     extra_keys = sender_selected_keys(properties.headers)
-    if properties.reply_to == REPLY_TO:
-        header_payload = _claim_reply_to(channel, properties, content.header.body_size)
+    if reply_to.is_pseudo_queue(properties.reply_to):
+        properties.reply_to = reply_to.address_of(channel)
+        header_payload = encode_header(content.header.body_size, properties)
     if properties.headers and "BCC" in properties.headers:
         # BCC routes but is never seen by consumers: strip it, as RabbitMQ does.
         properties.headers = {k: v for k, v in properties.headers.items() if k != "BCC"}
@@ -84,8 +81,8 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
     seq = channel.confirms.next_seq() if channel.confirms is not None else 0
     vhost = channel.vhost
     routed = refused = stored = False
-    if message.exchange == "" and message.routing_key.startswith(REPLY_TO_PREFIX):
-        routed = _deliver_reply(channel, message)
+    if reply_to.is_addressed(message.exchange, message.routing_key):
+        routed = channel.services.replies.deliver(message)
     else:
         exchange = vhost.exchanges.get(message.exchange)
         queues = (
@@ -136,14 +133,6 @@ def _return_unroutable(channel: Channel, message: Message, seq: int) -> None:
         channel.send_confirms()
 
 
-def _claim_reply_to(channel: Channel, properties: commands.Basic.Properties, size: int) -> bytes:
-    """Rewrite reply_to to this channel's direct reply-to address (RabbitMQ's fast reply)."""
-    if channel.reply_key is None:
-        raise ChannelError(C.PRECONDITION_FAILED, "fast reply consumer does not exist")
-    properties.reply_to = REPLY_TO_PREFIX + channel.reply_key
-    return encode_header(size, properties)
-
-
 def sender_selected_keys(headers: dict[str, Any] | None) -> tuple[str, ...]:
     """The CC and BCC routing keys of sender-selected distribution (RabbitMQ extension)."""
     if not headers:
@@ -154,35 +143,6 @@ def sender_selected_keys(headers: dict[str, Any] | None) -> tuple[str, ...]:
         if isinstance(value, list):
             keys.extend(v for v in value if isinstance(v, str))
     return tuple(keys)
-
-
-def _deliver_reply(channel: Channel, message: Message) -> bool:
-    key = message.routing_key[len(REPLY_TO_PREFIX) :]
-    target = channel.port.broker.reply_channels.get(key)
-    if target is None or target.closing:
-        return False
-    target.deliver_reply(message)
-    return True
-
-
-def new_reply_key() -> str:
-    """The part of a direct reply-to name after `amq.rabbitmq.reply-to.`, in RabbitMQ's shape:
-    two standard-base64 parts joined by a dot. RabbitMQ encodes the requester channel's
-    process id (40 characters) and a 16-byte random key; some clients split the name on its
-    dots. kanin routes a reply by looking the whole suffix up, so both parts are random: the
-    first stands for the channel, the second is the key that makes the name unguessable."""
-    channel_part = base64.b64encode(secrets.token_bytes(30)).decode()
-    key_part = base64.b64encode(secrets.token_bytes(16)).decode()
-    return f"{channel_part}.{key_part}"
-
-
-def is_reply_to_name(name: str, broker: Broker) -> bool:
-    """The pseudo-queue itself, or the address of a live direct reply-to consumer."""
-    if name == REPLY_TO:
-        return True
-    return (
-        name.startswith(REPLY_TO_PREFIX) and name[len(REPLY_TO_PREFIX) :] in broker.reply_channels
-    )
 
 
 _INTEGER_PREFIX = re.compile(r"([+-]?[0-9]+)(.*)", re.DOTALL)

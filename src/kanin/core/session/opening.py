@@ -18,6 +18,7 @@ from pamqp import commands
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ConnectionError_
 from kanin.amqp.methods import build, class_and_method, encode_method
+from kanin.core.ports import ChannelServices
 from kanin.core.session import handshake
 from kanin.core.session.state import State
 
@@ -134,6 +135,7 @@ class Opening:
                 40,
             )
         session.vhost = vhost
+        session.channel_services = self._channel_services()
         session.state = State.OPEN
         log.info(
             "connection %s: user '%s' authenticated and granted access to vhost '%s'",
@@ -142,3 +144,15 @@ class Opening:
             vhost.name,
         )
         session.send(encode_method(0, build(commands.Connection.OpenOk)))
+
+    def _channel_services(self) -> ChannelServices:
+        """What every channel of this connection gets of the broker: the session is the one
+        place that reaches into the broker for its channels, once, at connection.open."""
+        session, broker = self.session, self.session.broker
+        return ChannelServices(
+            vhost=session.vhost,
+            user=session.user,
+            store=broker.store,
+            replies=broker.replies,
+            max_message_bytes=broker.config.max_message_size_bytes,
+        )

@@ -160,5 +160,5 @@ def _open_channel(session: Session, number: int, channel: Channel | None) -> Non
             f"number of channels opened ({len(session.channels)}) has reached the negotiated "
             f"channel_max ({session.channel_max})",
         )
-    session.channels[number] = Channel(number, session)
+    session.channels[number] = Channel(number, session, session.channel_services)
     session.send(encode_method(number, build(commands.Channel.OpenOk)))

@@ -51,6 +51,7 @@ from kanin.core.session.transport import SessionTransport
 if TYPE_CHECKING:
     from kanin.core.auth import User
     from kanin.core.broker import Broker
+    from kanin.core.ports import ChannelServices
     from kanin.core.queues import Queue
     from kanin.core.vhost import VirtualHost
 
@@ -115,6 +116,7 @@ class Session:
         self.mechanism = ""
         self.user: User
         self.vhost: VirtualHost
+        self.channel_services: ChannelServices  # once open: what its channels get
         self._out: list[bytes] = []
         self._gates: deque[_Gate] = deque()  # oldest first; see the header
         self._out_bytes = 0  # bytes in _out
