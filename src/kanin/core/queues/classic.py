@@ -6,13 +6,9 @@ How this works:
   queues, and a requeued message regains its original place.
 - Dispatch never runs inline with a publish: the queue asks the scheduler for one
   dispatch per event-loop turn and then hands out as many messages as consumers
-  have room for (bounded per turn so one queue cannot starve the loop). Among
-  consumers with room the highest x-priority wins and equals take turns; with
-  x-single-active-consumer only the earliest registered consumer receives.
-- Choosing that consumer costs O(1) amortised however many consumers there are: a
-  DispatchRing (core/dispatch.py) keeps the consumers' turns, and a consumer found
-  without capacity is parked, off the ring, until its channel reports room again
-  (`unpark`), instead of being asked again on every delivery.
+  have room for (bounded per turn so one queue cannot starve the loop). Which
+  consumer gets each (priorities, turns, parking, single active consumer) is
+  queues/consumers.py's choice, in O(1) amortised however many consumers there are.
 - Message TTL (x-message-ttl, per-message expiration) is enforced at the head, as
   in RabbitMQ: one timer (expiry.HeadTimer) is armed for the head's expiry, it drops
   (or dead-letters) the expired messages at the head and re-arms for the next. The work done is
@@ -33,12 +29,9 @@ How this works:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from operator import methodcaller
 from typing import TYPE_CHECKING, Any
 
 from kanin.core.commit_rounds import RoundBatches
-from kanin.core.dispatch import DispatchRing
 from kanin.core.message import Entry, Message, entry_cost
 from kanin.core.paging import (
     DEAD_LETTER_BATCH,
@@ -49,6 +42,7 @@ from kanin.core.paging import (
 )
 from kanin.core.queue_args import QueueArgs
 from kanin.core.queues.base import ACCEPTED, REFUSED, STORED, Queue
+from kanin.core.queues.consumers import ConsumerChoice
 from kanin.core.queues.expiry import HeadTimer, IdleTimer, ttl_ms
 from kanin.core.ready import FifoReady, PriorityReady, Ready
 from kanin.store.records import queue_key
@@ -95,8 +89,7 @@ class ClassicQueue(Queue):
             if self.args.max_priority is not None
             else FifoReady()
         )
-        self._turns: DispatchRing[Consumer] = DispatchRing()  # whose turn it is
-        self._exclusive_consumers = 0
+        self._choice = ConsumerChoice(self.consumers, self.args.single_active_consumer)
         self.ready_bytes = 0  # body bytes of every ready message (x-max-length-bytes)
         self.memory_budget_bytes = 0 if self.args.lazy else memory_budget_bytes
         self.loaded_bytes = 0  # body bytes of ready messages held in memory
@@ -120,7 +113,6 @@ class ClassicQueue(Queue):
             if expires_ms is None
             else IdleTimer(scheduler, expires_ms / 1000, self._in_use, self._on_idle)
         )
-        self._sac_previous: Consumer | None = None  # a cancelled active consumer still owing
         self.touch()
 
     @property
@@ -159,7 +151,7 @@ class ClassicQueue(Queue):
         if not self.ready and self.consumers:
             # As RabbitMQ: a message reaching an empty queue goes straight to a consumer
             # with room, so it never counts against x-max-length nor waits out a TTL of 0.
-            consumer = self._pick_consumer()
+            consumer = self._choice.pick()
             if consumer is not None:
                 self._count(entry)
                 consumer.channel.deliver(consumer, entry)
@@ -411,22 +403,16 @@ class ClassicQueue(Queue):
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers[consumer] = None
-        self._turns.add(consumer, consumer.priority)
-        if consumer.exclusive:
-            self._exclusive_consumers += 1
+        self._choice.joined(consumer)
         self._had_consumer = True
         self.touch()
         self.schedule_dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        active = next(iter(self.consumers), None) is consumer
-        if self.args.single_active_consumer and active and consumer.unacked:
-            # Hand over only once its deliveries are settled or back in the queue, so
-            # the next consumer sees them first: ordering is what SAC is for.
-            self._sac_previous = consumer
+        self._choice.leaving(consumer)
         if self.consumers.pop(consumer, False) is False:
             return
-        self._forget_consumer(consumer)
+        self._choice.left(consumer)
         if self.consumers:
             if self.args.single_active_consumer:
                 self.schedule_dispatch()  # the next consumer takes over
@@ -438,35 +424,16 @@ class ClassicQueue(Queue):
     def drop_consumers(self) -> None:
         """The queue is gone: forget every consumer (their channels were told already)."""
         for consumer in self.consumers:
-            self._forget_consumer(consumer)
+            self._choice.left(consumer)
         self.consumers.clear()
 
-    def _forget_consumer(self, consumer: Consumer) -> None:
-        self._turns.remove(consumer)
-        if consumer.exclusive:
-            self._exclusive_consumers -= 1
-        if consumer.parked:
-            consumer.parked = False
-            consumer.channel.parked.pop(consumer, None)
-
     def has_exclusive_consumer(self) -> bool:
-        return self._exclusive_consumers > 0
+        return self._choice.has_exclusive
 
     def unpark(self, consumer: Consumer) -> None:
         """A parked consumer has capacity again (its channel says so): give it its turns back."""
-        consumer.parked = False
-        if self._turns.enable(consumer) and self.ready:
+        if self._choice.unpark(consumer) and self.ready:
             self.schedule_dispatch()
-
-    def _park(self, consumer: Consumer) -> None:
-        """No capacity: off the turns until its channel calls unpark. When the channel itself
-        cannot deliver, the channel keeps it to wake with the rest of its parked consumers;
-        otherwise it is full on its own and its acks wake it (Channel._release)."""
-        self._turns.disable(consumer)
-        consumer.parked = True
-        channel = consumer.channel
-        if not channel.can_deliver():
-            channel.parked[consumer] = None
 
     def schedule_dispatch(self) -> None:
         if not self._dispatch_scheduled and not self.deleted:
@@ -485,7 +452,7 @@ class ClassicQueue(Queue):
         for _ in range(DISPATCH_BATCH):
             if not self.ready:
                 return
-            consumer = self._pick_consumer()
+            consumer = self._choice.pick()
             if consumer is None:
                 return
             entry = self.take()
@@ -494,24 +461,3 @@ class ClassicQueue(Queue):
             consumer.channel.deliver(consumer, entry)
         if self.ready:
             self.schedule_dispatch()
-
-    def _pick_consumer(self) -> Consumer | None:
-        if not self.consumers:
-            return None
-        if self.args.single_active_consumer:
-            if self._sac_previous is not None:
-                if self._sac_previous.unacked:
-                    return None  # its settling schedules a dispatch (Channel._release)
-                self._sac_previous = None
-            active = next(iter(self.consumers))
-            if active.parked:
-                return None
-            if active.has_capacity():
-                return active
-            self._park(active)
-            return None
-        return self._turns.choose(_has_capacity, self._park)
-
-
-# Looked up on each call, so a test can count has_capacity calls by patching Consumer.
-_has_capacity: Callable[[Consumer], bool] = methodcaller("has_capacity")
