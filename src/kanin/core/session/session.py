@@ -13,6 +13,9 @@ Rules of this file:
 - The -ok of a definition change waits until the definitions are on disk, and so does
   everything sent after it (gates.py); a failed save closes the connection with 541
   (the change stays, and is saved later).
+- A request answered on a later loop turn (basic.get of a head being read back from
+  the store) holds the peer's input (`hold_input`): nothing sent after it is acted on
+  until the answer is sent, so replies keep their order; other connections go on.
 - Reading stops while a resource alarm blocks a publisher, while too much read is not
   yet parsed, and while the peer does not read what we write (the transport paused our
   writes, or a turn's output reached WRITE_BUFFER_HIGH): otherwise a peer that sends
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -119,6 +123,7 @@ class Session:
         self._backlogged = False  # reading paused: too much read but not yet parsed
         self._reading = True
         self._more_scheduled = False
+        self._input_holds = 0  # requests awaiting an answer; the peer's input waits (header)
         self._unread_ticks = 0  # see _heartbeat_counters
         self.exclusive_queues: set[Queue] = set()  # deleted when this connection closes
         self.assembly_limit = AssemblyLimit(
@@ -139,8 +144,9 @@ class Session:
             data = self.opening.read_protocol_header(data)
             if not data:
                 return
-        if self._more_scheduled or not self._writable:
-            # A backlog is being worked through turn by turn, or waits for resume_writing.
+        if self._more_scheduled or not self._writable or self._input_holds:
+            # A backlog is worked through turn by turn, or waits for resume_writing or
+            # for an answer (hold_input).
             self.reader.append(data)
             self._backlogged = self.reader.buffered > BACKLOG_PAUSE_BYTES
             self._update_reading()
@@ -163,8 +169,8 @@ class Session:
                 on_frame(self, frame)
                 if self.closed:
                     return
-                if not self.writable:
-                    break  # the rest waits until what we wrote has gone out
+                if not self.writable or self._input_holds:
+                    break  # the rest waits until what we wrote has gone out, or an answer
             alarms = self.broker.alarms
             if self.is_publisher and alarms.blocked and not self.blocked:
                 self.on_alarm(True, alarms.reason)
@@ -198,6 +204,7 @@ class Session:
             self.reader.buffered >= C.FRAME_HEADER_SIZE
             and not self._more_scheduled
             and self._writable
+            and not self._input_holds
             and not self.closed
         ):
             self._more_scheduled = True
@@ -316,6 +323,17 @@ class Session:
         gate = Gate()
         if keeper.when_saved(functools.partial(self._gate_done, gate)):
             self._gates.add(gate)
+
+    def hold_input(self) -> Callable[[], None]:
+        """Act on nothing more the peer sent until the returned function is called (once,
+        after the answer to the request being handled was sent): see the header."""
+        self._input_holds += 1
+        return self._release_input
+
+    def _release_input(self) -> None:
+        self._input_holds -= 1
+        if not self._input_holds:
+            self._continue_backlog()  # what arrived meanwhile, on the next turn
 
     def _gate_done(self, gate: Gate, problem: str | None) -> None:
         was_full = self._out_bytes + self._gates.held_bytes >= WRITE_BUFFER_HIGH
