@@ -1,18 +1,22 @@
 """A broker core without sockets, for tests of consuming (tests/unit/test_dispatch_*.py):
 a real Broker on a FakeScheduler, channels on a fake connection with the services a
 session would give them, methods sent as pamqp commands, and every delivery recorded
-as (consumer tag, body).
+as (consumer tag, body). `Core(deep=True)` gives the broker a store
+(paging_harness.CountingStore) and a memory budget of 0 per queue, so persistent
+messages of durable queues are paged out and read back.
 
 Import it like helpers (tests/ is on sys.path): `from core_harness import Core`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pamqp import commands
 
 from kanin.amqp.assembler import AssemblyLimit
+from kanin.amqp.tables import encode_header
 from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
 from kanin.core.channel import Channel
@@ -21,6 +25,7 @@ from kanin.core.message import Entry, Message
 from kanin.core.ports import ChannelServices
 from kanin.core.queues import Queue
 from kanin.testing.clock import FakeScheduler
+from paging_harness import CountingStore
 
 
 class FakePort:
@@ -49,6 +54,10 @@ class FakePort:
 
     def hold_until_saved(self) -> None:
         pass  # nothing is saved: the broker keeps no definitions on disk here
+
+    def hold_input(self) -> Callable[[], None]:
+        """No input to hold here: the test sends each method itself."""
+        return lambda: None
 
     def resume_writing(self) -> None:
         """As the server's connection does when its socket drains."""
@@ -79,9 +88,11 @@ class RecordingChannel(Channel):
 class Core:
     """One broker, one connection; `run()` runs everything the broker scheduled."""
 
-    def __init__(self) -> None:
+    def __init__(self, deep: bool = False) -> None:
         self.clock = FakeScheduler()
-        self.broker = Broker(BrokerConfig(), self.clock)
+        self.store = CountingStore(self.clock) if deep else None
+        config = BrokerConfig(queue_memory_budget_bytes=0) if deep else BrokerConfig()
+        self.broker = Broker(config, self.clock, self.store)
         limit = self.broker.config.max_message_size_bytes
         self.port = FakePort(limit)
         self.vhost = self.broker.vhosts["/"]
@@ -98,12 +109,12 @@ class Core:
     def run(self) -> None:
         self.clock.run_soon()
 
-    def declare(self, name: str, **arguments: Any) -> Queue:
+    def declare(self, name: str, durable: bool = False, **arguments: Any) -> Queue:
         return self.vhost.declare_queue(
             name,
             self.port,
             passive=False,
-            durable=False,
+            durable=durable,
             exclusive=False,
             auto_delete=False,
             arguments=arguments,
@@ -142,10 +153,12 @@ class Core:
         )
         return channel.consumers[tag]
 
-    def publish(self, queue: str, *bodies: bytes) -> None:
+    def publish(self, queue: str, *bodies: bytes, persistent: bool = False) -> None:
         target = self.vhost.queues[queue]
+        properties = commands.Basic.Properties(delivery_mode=2 if persistent else None)
         for body in bodies:
-            target.publish(Message("", queue, b"", body, commands.Basic.Properties(), None))
+            header = encode_header(len(body), properties) if persistent else b""
+            target.publish(Message("", queue, header, body, properties, None))
 
     def take_deliveries(self) -> list[tuple[str, bytes]]:
         """Run the broker, then return (and forget) what was delivered meanwhile."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kanin.store import records
-from kanin.store.api import MessageStore, Recovered
+from kanin.store.api import Content, MessageStore, Recovered
 from kanin.store.file_store import FileStore
 from kanin.store.memory_store import MemoryStore
 from kanin.store.records import queue_key
@@ -141,6 +141,15 @@ class Harness:
         done: asyncio.Future[bool] = self.loop.create_future()
         self.store.after_commit(done.set_result)
         return await asyncio.wait_for(done, 10)
+
+    async def read_later(
+        self, queue: str, ids: list[int], ahead: list[int] | None = None
+    ) -> list[Content | None]:
+        """read_later's answer, checked to come on a later loop turn, never inline."""
+        answered: asyncio.Future[list[Content | None]] = self.loop.create_future()
+        self.store.read_later(queue, ids, ahead or [], answered.set_result)
+        assert not answered.done(), "read_later answered inline"
+        return await asyncio.wait_for(answered, 10)
 
     async def restart(self) -> dict[str, list[StoredMessage]]:
         return self.contents(await self.restart_recovered())

@@ -4,7 +4,8 @@ delivery. Every message arrives intact and in order, memory stays bounded, and a
 comes back whole after a clean restart or kill -9.
 
 Publishing uses aio-pika with confirms in flight together (each confirm waits for the disk);
-consuming uses pika, so the embedded broker can be inspected between deliveries.
+consuming uses pika, so the embedded broker can be inspected between deliveries. Reading back
+runs off the event loop: a slow disk delays the deep queue, not the other connections.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import hashlib
 import os
 import random
 import signal
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +32,7 @@ from kanin.core.message import MESSAGE_OVERHEAD_BYTES, PAGED_OUT_BYTES, STORED_O
 from kanin.core.paging import PAGE_IN_BYTES_MIN
 from kanin.core.queues import ClassicQueue
 from kanin.testing.embedded import EmbeddedBroker, running_broker
+from kanin.testing.faulty_disk import slow_reads
 
 BUDGET_BYTES = 8 * 1024  # a tiny budget: a handful of messages in memory
 PREFETCH = 25
@@ -187,6 +191,44 @@ def test_a_deep_queue_survives_kill_9(tmp_path: Path) -> None:
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.mark.kanin_only
+def test_a_slow_read_back_does_not_hold_up_other_connections(
+    broker_factory: BrokerFactory,
+) -> None:
+    """A basic.get waits for its message to come off a slow disk; meanwhile another
+    connection's confirmed publishes go round as usual: the read is not on the event loop."""
+    delay_s = 3.0
+    with broker_factory() as broker:
+        publish_all(broker.url, "deep", 50, {"x-queue-mode": "lazy"})  # all paged out
+        with slow_reads(delay_s) as reads:
+            got: list[bytes] = []
+
+            def get_head() -> None:
+                connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+                _, _, body = connection.channel().basic_get("deep", auto_ack=True)
+                got.append(body)
+                connection.close()
+
+            getter = threading.Thread(target=get_head)
+            getter.start()
+            assert reads.started.wait(10), "the get never read the store"
+            connection = pika.BlockingConnection(pika.URLParameters(broker.url))
+            channel = connection.channel()
+            channel.confirm_delivery()
+            channel.queue_declare("other", durable=True)
+            started = time.monotonic()
+            for index in range(10):  # each waits for its confirm, which waits for the disk
+                channel.basic_publish(
+                    "", "other", body_of(index), pika.BasicProperties(delivery_mode=2)
+                )
+            took = time.monotonic() - started
+            assert reads.finished == 0 and reads.in_flight == 1, "the read is still waiting"
+            assert took < delay_s / 2, took
+            connection.close()
+            getter.join(2 * delay_s)
+            assert got == [body_of(0)]
 
 
 def rss_kb(pid: int) -> int:

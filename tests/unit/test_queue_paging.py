@@ -4,131 +4,20 @@ before they go out; order, priorities, TTL, length limits, dead-lettering and ac
 are unchanged.
 
 The store is a MemoryStore (the store contract suite shows FileStore reads back the same),
-wrapped to count what is read."""
+wrapped to count what is read (tests/paging_harness.py); reads land on the fake clock.
+What happens while a read is in flight is in test_queue_read_back.py."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from pamqp import commands
-
-from kanin.amqp.tables import encode_header
-from kanin.core.memory import MemoryMonitor
-from kanin.core.message import (
-    PAGED_OUT_BYTES,
-    STORED_OVERHEAD_BYTES,
-    Entry,
-    Message,
-    entry_cost,
-    message_cost,
-)
+from kanin.core.message import PAGED_OUT_BYTES, Entry
 from kanin.core.paging import (
     DEAD_LETTER_BATCH,
     PAGE_IN_BYTES_MIN,
     PAGE_IN_COUNT_MAX,
     page_in_batch,
 )
-from kanin.core.queue_args import parse_queue_args
-from kanin.core.queues import ClassicQueue
-from kanin.store.api import Content, Recovered
-from kanin.store.memory_store import MemoryStore
-from kanin.testing.clock import FakeScheduler
-
-BODY_BYTES = 1000
-
-
-def held_cost() -> int:
-    """What the memory alarm counts for one of these persistent messages held in memory."""
-    return message_cost(message(body(0))) + STORED_OVERHEAD_BYTES
-
-
-class CountingStore(MemoryStore):
-    """A MemoryStore that records every read (ids asked for, per call)."""
-
-    def __init__(self, clock: FakeScheduler) -> None:
-        super().__init__(clock)  # type: ignore[arg-type]  # only call_soon is used
-        self.reads: list[list[int]] = []
-        self.aheads: list[list[int]] = []  # per read: the ids it said come next
-        self.lose: set[int] = set()  # ids whose read fails, as on a bad disk
-
-    def read(
-        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
-    ) -> list[Content | None]:
-        self.reads.append(list(message_ids))
-        self.aheads.append(list(ahead))
-        found = super().read(queue, message_ids)
-        return [None if i in self.lose else c for i, c in zip(message_ids, found, strict=True)]
-
-    @property
-    def ids_read(self) -> int:
-        return sum(len(ids) for ids in self.reads)
-
-
-def message(
-    body: bytes,
-    persistent: bool = True,
-    priority: int | None = None,
-    expiration: int | None = None,
-) -> Message:
-    properties = commands.Basic.Properties(
-        delivery_mode=2 if persistent else 1,
-        priority=priority,
-        expiration=str(expiration) if expiration is not None else None,
-    )
-    header = encode_header(len(body), properties)
-    return Message("amq.direct", "rk", header, body, properties, expiration)
-
-
-def body(i: int, size: int = BODY_BYTES) -> bytes:
-    stamp = f"<{i}>".encode()
-    return (stamp * (size // len(stamp) + 1))[:size]
-
-
-class Setup:
-    def __init__(self, budget: int, **arguments: Any) -> None:
-        self.clock = FakeScheduler()
-        self.memory = MemoryMonitor(2**40)
-        self.store = CountingStore(self.clock)
-        self.dead: list[tuple[str, bytes]] = []
-        self.queue = self.make(budget, **arguments)
-
-    def make(self, budget: int, **arguments: Any) -> ClassicQueue:
-        args = parse_queue_args(arguments, "q", "/")
-        queue = ClassicQueue(
-            "q",
-            "/",
-            self.clock,
-            self.memory,
-            durable=True,
-            arguments=arguments,
-            args=args,
-            store=self.store,
-            memory_budget_bytes=budget,
-        )
-        queue.on_dead_letter = lambda _q, entries, reason: self.dead.extend(
-            (reason, e.message.body) for e in entries if e.message is not None
-        )
-        return queue
-
-    def take_all(self) -> list[bytes]:
-        """Take every message as a consumer would, settling each at once."""
-        out = []
-        while (entry := self.queue.take()) is not None:
-            assert entry.message is not None
-            out.append(entry.message.body)
-            self.check_accounting()
-            self.queue.forget(entry)
-        return out
-
-    def check_accounting(self) -> None:
-        queue = self.queue
-        in_ready = list(queue.ready)
-        loaded = [e for e in in_ready if e.message is not None]
-        assert queue.paged_out == len(in_ready) - len(loaded)
-        assert queue.loaded_bytes == sum(e.size for e in loaded)
-        assert queue.ready_bytes == sum(e.size for e in in_ready)
-        assert all(e.cost == entry_cost(e) for e in in_ready)  # counted as they are now
+from kanin.store.api import Recovered
+from paging_harness import BODY_BYTES, Setup, body, held_cost, message
 
 
 def test_past_the_budget_persistent_messages_are_paged_out() -> None:
@@ -153,7 +42,7 @@ def test_a_deep_queue_delivers_every_message_in_order_reading_in_batches() -> No
         setup.queue.publish(message(body(i)))
     held_max = 0
     taken = []
-    while (entry := setup.queue.take()) is not None:
+    while (entry := setup.take()) is not None:
         assert entry.message is not None
         held_max = max(held_max, setup.memory.held_bytes)
         taken.append(entry.message.body)
@@ -238,7 +127,7 @@ def test_requeued_messages_return_to_their_place_ahead_of_paged_out_ones() -> No
     setup = Setup(budget=2 * BODY_BYTES)
     for i in range(10):
         setup.queue.publish(message(body(i)))
-    first, second = setup.queue.take(), setup.queue.take()
+    first, second = setup.take(), setup.take()
     assert first is not None and second is not None
     setup.queue.requeue([second, first])
     setup.check_accounting()
@@ -272,6 +161,7 @@ def test_drop_head_dead_letters_paged_out_messages_intact() -> None:
     setup = Setup(budget=BODY_BYTES, **{"x-max-length": 3, "x-dead-letter-exchange": "dlx"})
     for i in range(6):
         setup.queue.publish(message(body(i)))
+    setup.clock.run_soon()  # the paged-out ones go once they are read back
     assert setup.dead == [("maxlen", body(i)) for i in range(3)]
     assert setup.take_all() == [body(i) for i in range(3, 6)]
 
@@ -357,7 +247,7 @@ def test_published_expiry_and_priority_reach_the_store() -> None:
 def test_paged_in_messages_decode_their_properties_only_when_asked() -> None:
     setup = Setup(budget=0)
     setup.queue.publish(message(b"x", priority=4))
-    entry = setup.queue.take()
+    entry = setup.take()
     assert isinstance(entry, Entry) and entry.message is not None
     assert entry.message._properties is None  # delivery forwards the header bytes
     assert entry.message.priority == 4 and entry.message.persistent

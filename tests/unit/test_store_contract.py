@@ -8,6 +8,7 @@ and recover() on the same instance for the memory store.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 from collections.abc import AsyncIterator
@@ -238,6 +239,40 @@ async def test_messages_read_back_after_a_restart_are_intact(harness: Harness) -
     assert await harness.commit() is True
     await harness.restart()
     assert harness.store.read(Q1, [m.id for m in sent]) == [content_of(m) for m in sent]
+
+
+async def test_read_later_answers_on_a_later_turn_as_read_does(harness: Harness) -> None:
+    sent = [harness.enqueue(Q1, body(i, 50 + 900 * i)) for i in range(6)]
+    ids = [m.id for m in sent]
+    # Before the commit round (from memory), after it (from disk), and both in one read.
+    assert await harness.read_later(Q1, ids) == [content_of(m) for m in sent]
+    assert await harness.commit() is True
+    more = [harness.enqueue(Q1, body(i)) for i in range(6, 8)]
+    asked = [ids[4], more[1].id, ids[0], 10_000, ids[4]]
+    expected_contents = [content_of(sent[4]), content_of(more[1]), content_of(sent[0])]
+    expected_contents += [None, content_of(sent[4])]
+    assert await harness.read_later(Q1, asked, [ids[5], more[0].id]) == expected_contents
+    assert await harness.read_later(Q1, []) == []
+
+
+async def test_read_later_answers_what_was_live_when_it_was_asked(harness: Harness) -> None:
+    """The caller tells by itself which messages left meanwhile: the store answers for the
+    moment of the call, whatever is removed (and reclaimed) before the answer comes."""
+    sent = [harness.enqueue(Q1, body(i, 700)) for i in range(20)]  # several segments
+    assert await harness.commit() is True
+    late = harness.enqueue(Q1, b"not on disk yet")
+    removed = harness.enqueue(Q1, b"removed before the read")
+    harness.store.remove(Q1, removed.id)
+    answered: list[list[Content | None]] = []
+    ids = [m.id for m in [*sent, late, removed]]
+    harness.store.read_later(Q1, ids, [], answered.append)
+    for message in [*sent, late]:
+        harness.store.remove(Q1, message.id)
+    assert await harness.commit() is True
+    while not answered:
+        await asyncio.sleep(0.001)
+    assert answered == [[content_of(m) for m in [*sent, late]] + [None]]
+    assert await harness.restart() == {}
 
 
 async def test_recover_says_size_priority_expiry_and_redelivered_without_content(

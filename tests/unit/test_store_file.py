@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from kanin.store import records, segments
+from kanin.store.api import Content
 from kanin.store.file_store import FileStore
 from kanin.store.records import FILE_HEADER
 from kanin.store.segments import SegmentLog
@@ -731,3 +732,96 @@ async def test_messages_wanted_next_are_fetched_ahead(
         for offsets in spans.values()
     )
     assert sorted(advised) == expected_hints
+
+
+class ReadGatedLog(SegmentLog):
+    """Reads back (on the store's reader thread) wait for the test to open the gate."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.threads: set[str] = set()
+
+    def read(self, number: int, offsets: list[int]) -> list[records.Record | None]:
+        self.threads.add(threading.current_thread().name)
+        self.entered.set()
+        assert self.gate.wait(10), "the test never opened the gate"
+        return super().read(number, offsets)
+
+
+async def gated_store(directory: Path) -> tuple[Harness, ReadGatedLog]:
+    loop = asyncio.get_running_loop()
+    log = ReadGatedLog(directory)
+    store = FileStore(directory, loop, segment_bytes=SEGMENT_BYTES, segments=log)
+    store.recover()
+    return Harness("file", directory, loop, store, SEGMENT_BYTES), log
+
+
+async def test_the_loop_goes_on_while_a_read_waits_for_the_disk(tmp_path: Path) -> None:
+    files, log = await gated_store(tmp_path)
+    try:
+        sent = [files.enqueue(Q1, body(i, 300)) for i in range(4)]
+        assert await files.commit() is True
+        answered: list[list[Content | None]] = []
+        files.store.read_later(Q1, [m.id for m in sent], [], answered.append)
+        await wait_for(log.entered)
+        # The disk holds the read; the loop still commits, and reads what is in memory.
+        late = files.enqueue(Q1, b"late")
+        assert await files.commit() is True
+        pending = files.enqueue(Q1, b"pending")
+        assert await files.read_later(Q1, [pending.id]) == [content_of(pending)]
+        assert answered == []
+        log.gate.set()
+        while not answered:
+            await asyncio.sleep(0.001)
+        assert answered == [[content_of(m) for m in sent]]
+        assert log.threads and threading.current_thread().name not in log.threads
+        assert await files.read_later(Q1, [late.id]) == [content_of(late)]
+    finally:
+        log.gate.set()
+        await files.close()
+
+
+async def test_a_segment_is_not_deleted_under_a_read_in_flight(tmp_path: Path) -> None:
+    files, log = await gated_store(tmp_path)
+    try:
+        first = [files.enqueue(Q1, body(i, 1900)) for i in range(2)]  # segment 1
+        rest = [files.enqueue(Q1, body(i, 1900)) for i in range(2, 6)]  # segments 2 and 3
+        assert await files.commit() is True
+        assert {segment_of(tmp_path)[m.id] for m in first} == {1}
+        answered: list[list[Content | None]] = []
+        files.store.read_later(Q1, [m.id for m in first], [rest[0].id], answered.append)
+        await wait_for(log.entered)
+        for message in first:  # segment 1 has nothing live: it would be deleted now
+            files.store.remove(Q1, message.id)
+        assert await files.commit() is True
+        assert (tmp_path / f"{1:012d}.log").exists()  # pinned by the read in flight
+        log.gate.set()
+        while not answered:
+            await asyncio.sleep(0.001)
+        assert answered == [[content_of(m) for m in first]]
+        assert await files.commit() is True  # what waited for the read goes now
+        assert not (tmp_path / f"{1:012d}.log").exists()
+        assert 1 not in files.file._segments._readers
+        assert files.store.read(Q1, [m.id for m in rest]) == [content_of(m) for m in rest]
+    finally:
+        log.gate.set()
+        await files.close()
+
+
+async def test_a_read_later_of_a_corrupted_record_gives_none_for_it_alone(
+    files: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    sent = [files.enqueue(Q1, body(i, 300)) for i in range(3)]
+    assert await files.commit() is True
+    path = segment_files(files.directory)[0]
+    offsets = [offset for offset, _ in records.scan(path.read_bytes())]
+    corrupt_byte(path, offsets[1] + 60)  # inside the second record
+    got = await files.read_later(Q1, [m.id for m in sent])
+    assert got == [content_of(sent[0]), None, content_of(sent[2])]
+    assert f"message {sent[1].id}: no valid record" in caplog.text
+
+
+def content_of(message: Sent) -> Content:
+    return Content(message.exchange, message.routing_key, message.header, message.body)

@@ -13,11 +13,11 @@ from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError, ConnectionError_
 from kanin.amqp.methods import build
 from kanin.core import reply_to
+from kanin.core.basic_get import GetAnswer
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
 from kanin.core.permissions import check_permission
 from kanin.core.publishing import route_and_enqueue
-from kanin.core.unacked import Unacked
 
 if TYPE_CHECKING:
     from kanin.core.channel import Channel
@@ -101,29 +101,10 @@ def basic_get(channel: Channel, method: commands.Basic.Get) -> None:
     check_permission(channel.services, "read", "queue", name)
     queue = channel.vhost.get_queue(name, channel.port)
     queue.touch()
-    entry = queue.take()
-    if entry is None:
-        channel.send_method(build(commands.Basic.GetEmpty))
-        return
-    tag = channel.unacked.next_tag()
-    if method.no_ack:
-        queue.forget(entry)
-    else:
-        channel.unacked.add(Unacked(tag, queue, entry, None))
-        queue.note_delivered(entry)
-    message = entry.message
-    assert message is not None, "a queue hands out messages read back"
-    channel.send_content(
-        build(
-            commands.Basic.GetOk,
-            delivery_tag=tag,
-            redelivered=entry.redelivered,
-            exchange=message.exchange,
-            routing_key=message.routing_key,
-            message_count=queue.message_count,
-        ),
-        message,
-    )
+    answer = GetAnswer(channel, queue, method.no_ack)
+    if not queue.get(answer):
+        # Its head is being read back: what the client sent next waits (core/basic_get.py).
+        answer.release_input = channel.port.hold_input()
 
 
 def basic_ack(channel: Channel, method: commands.Basic.Ack) -> None:

@@ -7,6 +7,7 @@ connection and the services it wants, and the connection need not know the broke
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -42,6 +43,11 @@ class ConnectionPort(Protocol):
         """Hold what is sent from now on until the durable definitions as they are now are
         on disk (nothing if they already are); if they cannot be saved, close the
         connection with 541 instead."""
+
+    def hold_input(self) -> Callable[[], None]:
+        """Act on no further frame from the peer until the returned function is called
+        (once, after the reply to the request being handled is sent): a reply that comes
+        on a later loop turn still precedes those to what the peer sent after."""
 
     def request_flush(self, channel: Channel) -> None:
         """Ask for channel.flush() at the end of this event-loop turn (confirm coalescing)."""

@@ -2,9 +2,12 @@
 
 How this works:
 - `enqueue` records a persistent message in a durable queue and returns its id;
-- `read` gives back the content of messages by id: a deep queue keeps only ids for
-  the messages beyond its memory budget and reads them back, a batch at a time, naming
-  the ones it will want next (`ahead`) so the file store can have the kernel fetch them;
+- `read_later` gives back the content of messages by id, to a callback on a later loop
+  turn: a deep queue keeps only ids for the messages beyond its memory budget and reads
+  them back, a batch at a time, naming the ones it will want next (`ahead`) so the file
+  store can have the kernel fetch them. The disk is read off the loop, so a slow disk
+  stalls that queue and not every connection. `read` is the same answer at once, by
+  blocking: for tests and tools, never the broker's loop;
 - `remove` records that it left the queue (acked, dropped, expired, purged);
 - `delivered` notes a delivery, so a message recovered after a crash comes back
   with redelivered=true. Nobody waits for these two: they start no commit round and
@@ -21,7 +24,7 @@ How this works:
 FileStore (file_store.py) keeps them in the segmented log (segments.py) through the
 group committer (committer.py); MemoryStore (memory_store.py) keeps nothing on disk and
 is what a broker without durability, and the shared store test suite, use. Both run
-`after_commit` callbacks on a later loop turn, never inline.
+`after_commit` and `read_later` callbacks on a later loop turn, never inline.
 
 The broker (core/) depends on this module only; which store it gets is decided where
 the broker is built (server/app.py), so nothing in core/ imports an implementation.
@@ -45,6 +48,10 @@ class Content:
     routing_key: str
     header: bytes
     body: bytes
+
+
+# Told the contents read back, in the order asked (see MessageStore.read_later).
+Reader = Callable[[list[Content | None]], None]
 
 
 class Recovered(NamedTuple):
@@ -74,13 +81,24 @@ class MessageStore(Protocol):
         once an `after_commit` waiter registered after this call hears True."""
         ...
 
+    def read_later(
+        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int], done: Reader
+    ) -> None:
+        """A deep queue (core/paging.py) reads paged-out messages back: done(contents) runs
+        later on the loop, never inline, with what `read` gives for these ids as they are
+        now (a message removed after this call still comes back: the caller knows what left
+        it meanwhile). The loop only finds where they are; records on disk are read on
+        another thread, records whose commit round has not ended come from memory."""
+        ...
+
     def read(
         self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
     ) -> list[Content | None]:
-        """A deep queue (core/paging.py) reads paged-out messages back, in the order asked;
-        None for an id that is not live in `queue` or whose record cannot be read (the
-        store logs why). `ahead` names ids wanted next: a hint, nothing is returned for
-        them. Reads what was recorded, whether or not its commit round has ended."""
+        """Messages' contents in the order asked; None for an id that is not live in `queue`
+        or whose record cannot be read (the store logs why). `ahead` names ids wanted next:
+        a hint, nothing is returned for them. Reads what was recorded, whether or not its
+        commit round has ended. It blocks until the disk answers: tests and tools call it,
+        the broker's loop uses read_later."""
         ...
 
     def remove(self, queue: str, message_id: int) -> None:

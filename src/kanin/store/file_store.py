@@ -10,8 +10,14 @@ How this works:
   round they stay there for good, since the record never reached the disk. Compaction
   points a moved message at its copy only once the copy is on disk, and a segment is
   deleted only when nothing live is in it, so a location never names a deleted file.
-- Reading back (`read`) goes to the segment files with pread through the log's reader
-  descriptors, and asks the kernel to fetch the records named in `ahead` meanwhile.
+- Reading back (`read_later`): the loop finds where each record is (the location map is
+  the loop's), answers records still in `_pending` from memory, and hands the rest to
+  one reader thread, which preads them through the log's read descriptors and asks the
+  kernel to fetch the records named in `ahead`; the answer comes back to the loop. The
+  segments a read needs are pinned until it is back: reclaiming (oldest first) stops at
+  a pinned segment, so neither its file nor its descriptor goes under a read in flight.
+  Every pread runs on that thread (`read`, the blocking form tests use, hands its disk
+  part to it too), so the descriptor cache has one user.
 - Space: a segment with nothing live is deleted, oldest first (its REMOVE records may
   cancel ENQUEUEs in older files); a closed segment that is mostly dead is compacted:
   its live records are read on a worker thread and written again to the active segment.
@@ -30,11 +36,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kanin.store import records
-from kanin.store.api import Content, Recovered, Waiter
+from kanin.store.api import Content, Reader, Recovered, Waiter
 from kanin.store.committer import GroupCommitter, Landed
 from kanin.store.segments import READ_GAP_BYTES, SegmentLog
 
@@ -53,6 +60,21 @@ class _Segment:
     live: int = 0  # ENQUEUE records in it whose message is still in a queue
     total: int = 0  # ENQUEUE records ever written to it
     compacting: bool = False
+
+
+@dataclass
+class _ReadPlan:
+    """One read back, as the loop found it: what came from memory, and where on disk the
+    rest is and what to fetch ahead. The reader thread fills `found` in."""
+
+    message_ids: Sequence[int]
+    found: list[Content | None]
+    on_disk: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # seg -> [(i, off)]
+    ahead: dict[int, tuple[int, int]] = field(default_factory=dict)  # seg -> (first, last) off
+
+    @property
+    def segments(self) -> set[int]:
+        return set(self.on_disk) | set(self.ahead)
 
 
 # A closed segment whose live share falls below this is compacted: its live messages are
@@ -93,6 +115,10 @@ class FileStore:
         self._dead: set[int] = set()
         self._delivered: set[int] = set()  # live ids with a DELIVERED record on disk
         self._recovered = False
+        # Reading back: one thread does every pread (see the header), and the segments
+        # reads in flight need are pinned (segment -> reads) so they are not deleted.
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kanin-read")
+        self._pinned: dict[int, int] = {}
 
     @property
     def committer(self) -> GroupCommitter:
@@ -167,30 +193,48 @@ class FileStore:
 
     # -- reading back ---------------------------------------------------------------------
 
+    def read_later(
+        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int], done: Reader
+    ) -> None:
+        """See api.MessageStore.read_later and the module header: located here, read on the
+        reader thread, answered on the loop."""
+        plan = self._plan(message_ids, ahead)
+        segments = plan.segments
+        if not segments:
+            self._loop.call_soon(done, plan.found)
+            return
+        self._pin(segments)
+        future = self._loop.run_in_executor(self._reader, self._read_disk, plan)
+        future.add_done_callback(lambda landed: self._landed(plan, segments, landed, done))
+
     def read(
         self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
     ) -> list[Content | None]:
         """The content of live messages, in the order asked; None for an id that is not live
         or whose record cannot be read (logged: the disk lost it). The records of `ahead`
-        are wanted soon: the kernel is asked to start reading them into the page cache."""
-        found: list[Content | None] = [None] * len(message_ids)
-        on_disk: dict[int, list[tuple[int, int]]] = {}  # segment -> [(index, offset)]
+        are wanted soon: the kernel is asked to start reading them into the page cache.
+        Blocks until then (tests and tools; the broker uses read_later)."""
+        plan = self._plan(message_ids, ahead)
+        if plan.segments:
+            self._reader.submit(self._read_disk, plan).result()
+        return plan.found
+
+    def _plan(self, message_ids: Sequence[int], ahead: Sequence[int]) -> _ReadPlan:
+        """On the loop: where each record is; those not known on disk yet decoded from memory."""
+        plan = _ReadPlan(message_ids, [None] * len(message_ids), ahead=self._spans(ahead))
         for index, message_id in enumerate(message_ids):
             location = self._where.get(message_id)
             if location is None:
                 continue
-            offset = location & _OFFSET_MASK
+            offset, segment = location & _OFFSET_MASK, location >> _SEGMENT_SHIFT
             if offset == 0:
-                found[index] = _content(records.decode(self._pending[message_id][8:]))
+                plan.found[index] = _content(records.decode(self._pending[message_id][8:]))
             else:
-                on_disk.setdefault(location >> _SEGMENT_SHIFT, []).append((index, offset))
-        for segment, wanted in on_disk.items():
-            assert segment not in self._dead, f"live message located in dead segment {segment}"
-            self._read_segment(segment, message_ids, wanted, found)
-        self._read_ahead(ahead)
-        return found
+                assert segment not in self._dead, f"live message located in dead segment {segment}"
+                plan.on_disk.setdefault(segment, []).append((index, offset))
+        return plan
 
-    def _read_ahead(self, message_ids: Sequence[int]) -> None:
+    def _spans(self, message_ids: Sequence[int]) -> dict[int, tuple[int, int]]:
         spans: dict[int, tuple[int, int]] = {}  # segment -> (first, last) offset wanted
         for message_id in message_ids:
             location = self._where.get(message_id, 0)
@@ -198,8 +242,24 @@ class FileStore:
             if offset:
                 first, last = spans.get(segment, (offset, offset))
                 spans[segment] = (min(first, offset), max(last, offset))
-        for segment, (first, last) in spans.items():
+        return spans
+
+    def _read_disk(self, plan: _ReadPlan) -> None:
+        """On the reader thread: the records the plan names, then the read-ahead hints."""
+        for segment, wanted in plan.on_disk.items():
+            self._read_segment(segment, plan.message_ids, wanted, plan.found)
+        for segment, (first, last) in plan.ahead.items():
             self._segments.advise(segment, first, last - first + READ_GAP_BYTES)
+
+    def _landed(
+        self, plan: _ReadPlan, segments: set[int], landed: asyncio.Future[None], done: Reader
+    ) -> None:
+        """On the loop: the read is back; its segments may go, and the reader hears."""
+        self._unpin(segments)
+        failure = None if landed.cancelled() else landed.exception()
+        if failure is not None:  # not an OSError (those are per segment): a bug, but reported
+            log.error("reading back messages failed: %r", failure)
+        done(plan.found)
 
     def _read_segment(
         self,
@@ -223,6 +283,17 @@ class FileStore:
                 )
                 continue
             found[index] = _content(record)
+
+    def _pin(self, segments: set[int]) -> None:
+        for segment in segments:
+            self._pinned[segment] = self._pinned.get(segment, 0) + 1
+
+    def _unpin(self, segments: set[int]) -> None:
+        for segment in segments:
+            left = self._pinned.pop(segment) - 1
+            if left:
+                self._pinned[segment] = left
+        self._reclaim()  # what waited for these reads may go now
 
     # -- compaction and reclaiming space --------------------------------------------------
 
@@ -287,9 +358,15 @@ class FileStore:
 
     def _reclaim(self) -> None:
         """Delete dead segments oldest first only: a segment's REMOVE records may cancel
-        ENQUEUEs in older files, and must outlive them or acked messages would come back."""
-        on_disk = self._on_disk
-        while on_disk and on_disk[0] in self._dead and on_disk[0] != self._active:
+        ENQUEUEs in older files, and must outlive them or acked messages would come back.
+        A segment a read in flight needs waits (and so do those after it) till it is back."""
+        on_disk, pinned = self._on_disk, self._pinned
+        while (
+            on_disk
+            and on_disk[0] in self._dead
+            and on_disk[0] != self._active
+            and on_disk[0] not in pinned
+        ):
             segment = on_disk.pop(0)
             self._dead.discard(segment)
             self._segments.close_reader(segment)
@@ -398,6 +475,8 @@ class FileStore:
         return result
 
     async def close(self) -> None:
+        # Reads in flight end first: the log's descriptors are closed with the committer.
+        self._reader.shutdown(wait=True)
         await self._committer.drain()
         self._committer.close()
 

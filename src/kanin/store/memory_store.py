@@ -1,9 +1,10 @@
 """MemoryStore: the message store contract (api.MessageStore) with nothing on disk.
 
 How this works: each queue's live messages are held in a dict by id, in id order; `read`
-hands back the content held, `recover` what is still live (so a "restart" in the shared
-store test suite is recover() on the same instance), and `after_commit` callbacks run on
-the next loop turn with True, since nothing is written and nothing can fail.
+hands back the content held, and `read_later` the same (looked up at the call) on the
+next loop turn; `recover` what is still live (so a "restart" in the shared store test
+suite is recover() on the same instance), and `after_commit` callbacks run on the next
+loop turn with True, since nothing is written and nothing can fail.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from kanin.store.api import Content, Recovered, Waiter
+from kanin.store.api import Content, Reader, Recovered, Waiter
 
 
 @dataclass
@@ -55,6 +56,11 @@ class MemoryStore:
         return [
             held.content if (held := messages.get(i)) is not None else None for i in message_ids
         ]
+
+    def read_later(
+        self, queue: str, message_ids: Sequence[int], ahead: Sequence[int], done: Reader
+    ) -> None:
+        self.loop.call_soon(done, self.read(queue, message_ids, ahead))
 
     def remove(self, queue: str, message_id: int) -> None:
         self._queues.get(queue, {}).pop(message_id, None)

@@ -13,12 +13,15 @@ How this works:
   recovery can tell a file the store deleted from one lost outside it.
 - `write` reports where each chunk landed (its offset in its segment): the store learns
   a record's location only once it is on disk, so it never reads what is not there.
-- `read` fetches records by (segment, offset) on the loop thread with pread, through a
-  small cache of read-only descriptors: a deep queue's bodies come back this way, a
-  batch at a time, neighbours in one pread; `advise` asks the kernel to fetch the next
-  batch's bytes meanwhile (posix_fadvise WILLNEED), so they are usually in the page
-  cache when the consumers get there. The store never asks for a deleted segment
-  (it deletes only segments with nothing live) and drops the descriptor when it deletes.
+- `read` fetches records by (segment, offset) with pread, through a small cache of
+  read-only descriptors: a deep queue's bodies come back this way, a batch at a time,
+  neighbours in one pread; `advise` asks the kernel to fetch the next batch's bytes
+  meanwhile (posix_fadvise WILLNEED), so they are usually in the page cache when the
+  consumers get there. Both run on the store's reader thread, the only user of the
+  descriptors (it closes the oldest past READERS_MAX itself); the loop only drops the
+  descriptor of a segment it deletes (`close_reader`), which no read in flight needs
+  (the store pins those), so a lock keeps just the cache's dict whole. The store never
+  asks for a deleted segment (it deletes only segments with nothing live).
 - `recover` reads every segment in order and yields summaries (records.SummaryScan):
   start-up never copies a body. What it does with damage:
   - A file the manifest says must exist and that is missing stops start-up
@@ -47,6 +50,7 @@ import logging
 import os
 import shutil
 import struct
+import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
@@ -78,6 +82,7 @@ class SegmentLog:
         self.broken = False
         self._retired: list[int] = []  # earlier segments' descriptors, closed after fsync
         self._readers: OrderedDict[int, tuple[int, int]] = OrderedDict()  # -> (fd, version)
+        self._readers_lock = threading.Lock()  # the reader thread and the loop (see header)
         # The format version of files whose header is damaged, as recovery found it.
         self._versions: dict[int, int] = {}
         self._manifest: manifest.Manifest | None = None  # loaded by recover, or on first use
@@ -227,7 +232,7 @@ class SegmentLog:
         for number in list(self._readers):
             self.close_reader(number)
 
-    # -- reading back (loop thread) -------------------------------------------------------
+    # -- reading back (the store's reader thread) -----------------------------------------
 
     def read(self, number: int, offsets: list[int]) -> list[records.Record | None]:
         """The records at these offsets of a segment, in the order asked; None where the
@@ -250,25 +255,34 @@ class SegmentLog:
             advise(self._reader(number)[0], offset, length, os.POSIX_FADV_WILLNEED)
 
     def _reader(self, number: int) -> tuple[int, int]:
-        reader = self._readers.get(number)
-        if reader is not None:
-            self._readers.move_to_end(number)
-            return reader
+        with self._readers_lock:
+            reader = self._readers.get(number)
+            if reader is not None:
+                self._readers.move_to_end(number)
+                return reader
+        # Opened outside the lock: the loop's close_reader must never wait for the disk.
         fd = os.open(segment_path(self.directory, number), os.O_RDONLY)
-        version = self._versions.get(number) or records.file_version(
-            os.pread(fd, records.FILE_HEADER_BYTES, 0)
-        )
+        try:
+            version = self._versions.get(number) or records.file_version(
+                os.pread(fd, records.FILE_HEADER_BYTES, 0)
+            )
+        except OSError:
+            os.close(fd)
+            raise
         if version is None:
             os.close(fd)
             raise OSError(f"segment {number} has no valid header")
-        self._readers[number] = (fd, version)
-        if len(self._readers) > READERS_MAX:
-            self.close_reader(next(iter(self._readers)))
+        with self._readers_lock:
+            self._readers[number] = (fd, version)
+            oldest = next(iter(self._readers)) if len(self._readers) > READERS_MAX else None
+        if oldest is not None:
+            self.close_reader(oldest)
         return fd, version
 
     def close_reader(self, number: int) -> None:
         """Forget the read descriptor of a segment (it is being deleted, or the oldest)."""
-        reader = self._readers.pop(number, None)
+        with self._readers_lock:
+            reader = self._readers.pop(number, None)
         if reader is not None:
             os.close(reader[0])
 

@@ -26,6 +26,9 @@ How this works:
 - `faulty_file_store` builds a FileStore that writes through a FaultySegmentLog, by
   FileStore's `segments=` parameter (which puts any SegmentLog, a blocking one, a
   counting one, under a store and its committer).
+- `slow_reads(seconds)`: while it lasts, every read back of a segment log in this process
+  (a deep queue's messages, on the store's reader thread) takes that much longer, as on a
+  slow or overloaded disk; for brokers the test does not build itself (an embedded one).
 - `newest_segment`, `truncate_tail`, `corrupt_byte` and `append_garbage` damage segment
   files directly, as a crash or a bad disk would, between a store's close and the next
   start.
@@ -38,7 +41,10 @@ import errno
 import os
 import stat
 import threading
-from dataclasses import dataclass
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -213,6 +219,49 @@ def faulty_file_store(
     """A FileStore on `directory` over a FaultySegmentLog; call recover() before writing."""
     log = FaultySegmentLog(directory)
     return FileStore(directory, loop, segment_bytes=segment_bytes, segments=log), log
+
+
+@dataclass
+class SlowReads:
+    """What slow_reads saw: `started` is set once a read has begun; `in_flight` reads are
+    under way (waiting out the delay or reading), `finished` are done."""
+
+    delay_s: float
+    started: threading.Event = field(default_factory=threading.Event)
+    in_flight: int = 0
+    finished: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def _began(self) -> None:
+        with self._lock:
+            self.in_flight += 1
+        self.started.set()
+
+    def _ended(self) -> None:
+        with self._lock:
+            self.in_flight -= 1
+            self.finished += 1
+
+
+@contextmanager
+def slow_reads(delay_s: float) -> Iterator[SlowReads]:
+    """Every SegmentLog.read in the process waits `delay_s` first, until the block ends."""
+    watch = SlowReads(delay_s)
+    original = SegmentLog.read
+
+    def read(self: SegmentLog, number: int, offsets: list[int]) -> list[records.Record | None]:
+        watch._began()
+        try:
+            time.sleep(delay_s)
+            return original(self, number, offsets)
+        finally:
+            watch._ended()
+
+    SegmentLog.read = read  # type: ignore[method-assign]
+    try:
+        yield watch
+    finally:
+        SegmentLog.read = original  # type: ignore[method-assign]
 
 
 # -- damaging files at rest -----------------------------------------------------------------

@@ -11,7 +11,8 @@ by pamqp, as a client would), and moves the fake clock:
     pair.advance(120)                                 # timers fire, heartbeats go out
 
 Nothing here waits: what the session writes during a call is readable right after it,
-once the fake loop's pending callbacks have run (send and advance run them).
+once the fake loop's pending callbacks have run (send and advance run them). Two pairs may
+share a broker (and its clock): `SessionPair(broker=first.broker, clock=first.clock)`.
 """
 
 from __future__ import annotations
@@ -59,9 +60,18 @@ class RecordingTransport:
 
 
 class SessionPair:
-    def __init__(self, config: BrokerConfig | None = None, peer: tuple[str, int] = CLIENT) -> None:
-        self.clock = FakeScheduler()
-        self.broker = Broker(config or BrokerConfig(), self.clock)
+    def __init__(
+        self,
+        config: BrokerConfig | None = None,
+        peer: tuple[str, int] = CLIENT,
+        *,
+        clock: FakeScheduler | None = None,
+        broker: Broker | None = None,
+    ) -> None:
+        """A new broker on a new clock, unless given `broker` and the `clock` it runs on."""
+        assert (clock is None) == (broker is None), "a broker comes with its clock"
+        self.clock = clock or FakeScheduler()
+        self.broker = broker or Broker(config or BrokerConfig(), self.clock)
         self.transport = RecordingTransport()
         self.session = Session(self.broker, self.clock, self.transport, peer, SERVER)
         self._unread = 0  # offset in transport.written of the first frame not yet read
@@ -79,14 +89,27 @@ class SessionPair:
     def send_method(self, channel: int, method: Any) -> None:
         self.send_frame(channel, method)
 
-    def publish(self, channel: int, payload: bytes, routing_key: str, exchange: str = "") -> None:
+    def publish(
+        self,
+        channel: int,
+        payload: bytes,
+        routing_key: str,
+        exchange: str = "",
+        properties: commands.Basic.Properties | None = None,
+    ) -> None:
         """basic.publish, content header and body in one read, as clients send them."""
-        self.send(self.publish_bytes(channel, payload, routing_key, exchange))
+        self.send(self.publish_bytes(channel, payload, routing_key, exchange, properties))
 
     @staticmethod
-    def publish_bytes(channel: int, payload: bytes, routing_key: str, exchange: str = "") -> bytes:
+    def publish_bytes(
+        channel: int,
+        payload: bytes,
+        routing_key: str,
+        exchange: str = "",
+        properties: commands.Basic.Properties | None = None,
+    ) -> bytes:
         method = commands.Basic.Publish(exchange=exchange, routing_key=routing_key)
-        content = header.ContentHeader(0, len(payload), commands.Basic.Properties())
+        content = header.ContentHeader(0, len(payload), properties or commands.Basic.Properties())
         return (
             frame.marshal(method, channel)
             + frame.marshal(content, channel)

@@ -78,8 +78,10 @@ class Queue(ABC):
         """Persistence at start-up: recovered messages back in order, not written again."""
 
     @abstractmethod
-    def take(self) -> Entry | None:
-        """basic.get: remove and return the next live message, in memory, or None."""
+    def get(self, answer: Callable[[Entry | None], None]) -> bool:
+        """basic.get: answer(the next live message, removed and in memory, or None if the
+        queue is empty). True if answered now; False if the answer comes on a later loop
+        turn (the head is being read back from the store): gets are answered in order."""
 
     @abstractmethod
     def requeue(self, entries: list[Entry]) -> None:

@@ -6,13 +6,9 @@ How this works:
   queues, and a requeued message regains its original place.
 - Dispatch never runs inline with a publish: the queue asks the scheduler for one
   dispatch per event-loop turn and then hands out as many messages as consumers
-  have room for (bounded per turn so one queue cannot starve the loop). Among
-  consumers with room the highest x-priority wins and equals take turns; with
-  x-single-active-consumer only the earliest registered consumer receives.
-- Choosing that consumer costs O(1) amortised however many consumers there are: a
-  DispatchRing (core/dispatch.py) keeps the consumers' turns, and a consumer found
-  without capacity is parked, off the ring, until its channel reports room again
-  (`unpark`), instead of being asked again on every delivery.
+  have room for (bounded per turn so one queue cannot starve the loop). Which
+  consumer gets each (priorities, turns, parking, single active consumer) is
+  queues/consumers.py's choice, in O(1) amortised however many consumers there are.
 - Message TTL (x-message-ttl, per-message expiration) is enforced at the head, as
   in RabbitMQ: one timer (expiry.HeadTimer) is armed for the head's expiry, it drops
   (or dead-letters) the expired messages at the head and re-arms for the next. The work done is
@@ -27,28 +23,24 @@ How this works:
   encoded header and a fixed overhead; paged out: what its index costs), from `_count`
   until `forget` or `purge`.
 - Deep queues: past the queue's memory budget, persistent messages of a durable queue
-  are paged out and read back in batches from the head (core/paging.py says how).
+  are paged out and read back in batches from the head, off the loop (core/paging.py says
+  how): while the head's read is in flight, consumers and basic.get (`get`, answered
+  later, in order) wait for it; entries that leave meanwhile are not brought back.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Callable
-from operator import methodcaller
 from typing import TYPE_CHECKING, Any
 
 from kanin.core.commit_rounds import RoundBatches
-from kanin.core.dispatch import DispatchRing
 from kanin.core.message import Entry, Message, entry_cost
-from kanin.core.paging import (
-    DEAD_LETTER_BATCH,
-    DEFAULT_MEMORY_BUDGET_BYTES,
-    PAGE_IN_BYTES_MIN,
-    page_in_batch,
-    read_back,
-)
+from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES, DeadLetters, Pager
 from kanin.core.queue_args import QueueArgs
 from kanin.core.queues.base import ACCEPTED, REFUSED, STORED, Queue
+from kanin.core.queues.consumers import ConsumerChoice
 from kanin.core.queues.expiry import HeadTimer, IdleTimer, ttl_ms
 from kanin.core.ready import FifoReady, PriorityReady, Ready
 from kanin.store.records import queue_key
@@ -95,17 +87,19 @@ class ClassicQueue(Queue):
             if self.args.max_priority is not None
             else FifoReady()
         )
-        self._turns: DispatchRing[Consumer] = DispatchRing()  # whose turn it is
-        self._exclusive_consumers = 0
+        self._choice = ConsumerChoice(self.consumers, self.args.single_active_consumer)
         self.ready_bytes = 0  # body bytes of every ready message (x-max-length-bytes)
-        self.memory_budget_bytes = 0 if self.args.lazy else memory_budget_bytes
-        self.loaded_bytes = 0  # body bytes of ready messages held in memory
-        self.paged_out = 0  # ready messages whose body is only in the store
         self._scheduler = scheduler
         self._memory = memory
         # Persistent messages of a durable queue go to the store.
         self.store = store if durable else None
         self.store_key = queue_key(vhost, name)
+        budget = 0 if self.args.lazy else memory_budget_bytes
+        label = repr(self)
+        self.pager = Pager(self.store, self.store_key, budget, label, self._count, self._landed)
+        self._dead_letters = DeadLetters(self, self.store, self.store_key)
+        # basic.get answers owed while the head is read back, in the order asked.
+        self._getters: deque[Callable[[Entry | None], None]] = deque()
         self._next_seq = 1
         # Stored messages whose commit round has not ended (see _on_commit).
         self._unsynced: RoundBatches[Entry] | None = (
@@ -120,12 +114,25 @@ class ClassicQueue(Queue):
             if expires_ms is None
             else IdleTimer(scheduler, expires_ms / 1000, self._in_use, self._on_idle)
         )
-        self._sac_previous: Consumer | None = None  # a cancelled active consumer still owing
         self.touch()
 
     @property
     def message_count(self) -> int:
         return len(self.ready)
+
+    @property
+    def memory_budget_bytes(self) -> int:
+        return self.pager.budget_bytes
+
+    @property
+    def loaded_bytes(self) -> int:
+        """Body bytes of ready messages held in memory."""
+        return self.pager.loaded_bytes
+
+    @property
+    def paged_out(self) -> int:
+        """Ready messages whose body is only in the store."""
+        return self.pager.paged_out
 
     # -- messages in --------------------------------------------------------------------
 
@@ -159,7 +166,7 @@ class ClassicQueue(Queue):
         if not self.ready and self.consumers:
             # As RabbitMQ: a message reaching an empty queue goes straight to a consumer
             # with room, so it never counts against x-max-length nor waits out a TTL of 0.
-            consumer = self._pick_consumer()
+            consumer = self._choice.pick()
             if consumer is not None:
                 self._count(entry)
                 consumer.channel.deliver(consumer, entry)
@@ -186,27 +193,16 @@ class ClassicQueue(Queue):
             return
         for entry in self.ready.remove({id(entry) for entry in batch}):
             self.ready_bytes -= entry.size
-            if entry.message is None:
-                self.paged_out -= 1
-            else:
-                self.loaded_bytes -= entry.size
+            self.pager.left(entry)
             self.forget(entry)
         log.warning("%r: dropped the undelivered messages of a failed disk write", self)
 
     def _append(self, entry: Entry, priority: int) -> None:
-        """A new ready message: held in memory within the budget, else paged out. Once any
-        message is paged out, later ones are too, so memory goes to the head."""
-        size = entry.size
-        if entry.stored_id and (
-            self.paged_out or self.loaded_bytes + size > self.memory_budget_bytes
-        ):
-            entry.message = None
-            self.paged_out += 1
-        else:
-            self.loaded_bytes += size
+        """A new ready message, held in memory or paged out (Pager.admit says which)."""
+        self.pager.admit(entry)
         self._count(entry)
         self.ready.append(entry, priority)
-        self.ready_bytes += size
+        self.ready_bytes += entry.size
 
     def restore(self, messages: list[Recovered], all_redelivered: bool = False) -> None:
         """Recovered messages, back in order and paged out, without writing them again:
@@ -222,7 +218,7 @@ class ClassicQueue(Queue):
             self.ready.append(entry, recovered.priority)
             self.ready_bytes += recovered.body_size
             self._count(entry)
-        self.paged_out += len(messages)
+        self.pager.restored(len(messages))
         self._arm_ttl()
 
     def reject_publish_dead_letter(self, message: Message) -> None:
@@ -241,7 +237,7 @@ class ClassicQueue(Queue):
             entry.redelivered = True
             self.ready.requeue(entry)  # delivered, so in memory: it stays there
             self.ready_bytes += entry.size
-            self.loaded_bytes += entry.size
+            self.pager.returned(entry)
         if self.args.has_length_limit and not self.args.rejects_publish:
             self._enforce_length()  # RabbitMQ drops from the head, requeued ones included
         self._arm_ttl()
@@ -264,52 +260,56 @@ class ClassicQueue(Queue):
     # -- messages out -------------------------------------------------------------------
 
     def take(self) -> Entry | None:
-        """Remove and return the next live message in order, in memory, or None."""
+        """Remove and return the next live message if it is in memory; None if the queue is
+        empty or its head is being read back (dispatch and `get` go on when it lands)."""
+        return self._pop() if self._head_ready() else None
+
+    def get(self, answer: Callable[[Entry | None], None]) -> bool:
+        if not self._getters:  # else earlier gets wait for a read: this one goes after them
+            entry = self.take()
+            if entry is not None or not self.ready:
+                answer(entry)
+                return True
+        self._getters.append(answer)
+        return False
+
+    def _head_ready(self) -> bool:
+        """Whether the next message can go out now: in memory, once the expired ones and
+        those the store lost are gone. A paged-out head is read back (Pager.read_head);
+        when that lands, `_landed` goes on."""
         while True:
             self._expire_head()
-            self._page_in()
-            entry = self._pop()
-            if entry is None or entry.message is not None:
-                return entry
-            log.error("%r: message %d could not be read back; dropped", self, entry.stored_id)
-            self.forget(entry)
+            head = self.ready.peek()
+            if head is None:
+                return False
+            if head.message is not None:
+                return True
+            if head.stored_id:
+                fifo = self.ready.head_fifo()
+                assert fifo is not None
+                self.pager.read_head(fifo)
+                return False
+            self._pop()  # its record could not be read (logged when the read landed)
+            self.forget(head)
 
     def _pop(self) -> Entry | None:
         entry = self.ready.pop()
         if entry is not None:
             self.ready_bytes -= entry.size
-            if entry.message is None:
-                self.paged_out -= 1
-            else:
-                self.loaded_bytes -= entry.size
+            self.pager.left(entry)
         return entry
 
-    def _page_in(self) -> None:
-        """If the next message is paged out, read it back with the paged-out messages right
-        behind it: as many bytes as the budget has room for, but PAGE_IN_BYTES_MIN even when
-        it has none. The store is told which come after those, to fetch them ahead."""
-        if not self.paged_out:
-            return
-        fifo = self.ready.head_fifo()
-        head = fifo.peek() if fifo is not None else None
-        if fifo is None or head is None or head.message is not None:
-            return
-        room = max(self.memory_budget_bytes - self.loaded_bytes, PAGE_IN_BYTES_MIN)
-        batch, ahead = page_in_batch(fifo.upcoming(), room)
-        for entry in self._load(batch, ahead):
-            self.paged_out -= 1
-            self.loaded_bytes += entry.size
-
-    def _load(self, entries: list[Entry], ahead: list[int] | None = None) -> list[Entry]:
-        """Read paged-out messages back (held in memory from now on); returns those that came
-        back: the others stay paged out, and are dropped when they reach the head."""
-        if not entries:
-            return []
-        assert self.store is not None, "only a durable queue pages messages out"
-        loaded = read_back(self.store, self.store_key, entries, ahead or ())
-        for entry in loaded:
-            self._count(entry)
-        return loaded
+    def _landed(self) -> None:
+        """A read back is in: the gets waiting are answered in order, then consumers served.
+        A deleted queue answers its gets with nothing."""
+        getters = self._getters
+        while getters:
+            entry = None if self.deleted else self.take()
+            if entry is None and self.ready and not self.deleted:
+                return  # the next head is being read: its landing comes back here
+            getters.popleft()(entry)
+        if self.consumers:
+            self.schedule_dispatch()
 
     def _count(self, entry: Entry) -> None:
         """The entry is new to the queue, or its message was just read back: count what
@@ -336,18 +336,9 @@ class ClassicQueue(Queue):
             self.store.delivered(self.store_key, entry.stored_id)
 
     def dead_letter(self, entries: list[Entry], reason: str) -> None:
-        """Messages leave for good, to the dead-letter exchange if the queue has one. Paged-out
-        ones are read back for that a batch at a time, so memory stays bounded."""
-        dlx = self.args.dead_letter_exchange
-        publish = dlx is not None and self.on_dead_letter is not None and not self.deleted
-        for start in range(0, len(entries), DEAD_LETTER_BATCH):
-            batch = entries[start : start + DEAD_LETTER_BATCH]
-            if publish:
-                self._load([entry for entry in batch if entry.message is None])
-            for entry in batch:
-                self.forget(entry)
-            if publish and self.on_dead_letter is not None:
-                self.on_dead_letter(self, [e for e in batch if e.message is not None], reason)
+        """Messages leave for good, to the dead-letter exchange if the queue has one, in the
+        order they died; paged-out ones are read back first (paging.DeadLetters)."""
+        self._dead_letters.send(entries, reason)
 
     def purge(self) -> int:
         count = self.message_count
@@ -357,7 +348,8 @@ class ClassicQueue(Queue):
                     self.store.remove(self.store_key, entry.stored_id)
         self._memory.release(sum(entry.cost for entry in self.ready))
         self.ready.clear()
-        self.ready_bytes = self.loaded_bytes = self.paged_out = 0
+        self.ready_bytes = 0
+        self.pager.cleared()
         return count
 
     # -- message TTL --------------------------------------------------------------------
@@ -411,22 +403,16 @@ class ClassicQueue(Queue):
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers[consumer] = None
-        self._turns.add(consumer, consumer.priority)
-        if consumer.exclusive:
-            self._exclusive_consumers += 1
+        self._choice.joined(consumer)
         self._had_consumer = True
         self.touch()
         self.schedule_dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        active = next(iter(self.consumers), None) is consumer
-        if self.args.single_active_consumer and active and consumer.unacked:
-            # Hand over only once its deliveries are settled or back in the queue, so
-            # the next consumer sees them first: ordering is what SAC is for.
-            self._sac_previous = consumer
+        self._choice.leaving(consumer)
         if self.consumers.pop(consumer, False) is False:
             return
-        self._forget_consumer(consumer)
+        self._choice.left(consumer)
         if self.consumers:
             if self.args.single_active_consumer:
                 self.schedule_dispatch()  # the next consumer takes over
@@ -438,35 +424,16 @@ class ClassicQueue(Queue):
     def drop_consumers(self) -> None:
         """The queue is gone: forget every consumer (their channels were told already)."""
         for consumer in self.consumers:
-            self._forget_consumer(consumer)
+            self._choice.left(consumer)
         self.consumers.clear()
 
-    def _forget_consumer(self, consumer: Consumer) -> None:
-        self._turns.remove(consumer)
-        if consumer.exclusive:
-            self._exclusive_consumers -= 1
-        if consumer.parked:
-            consumer.parked = False
-            consumer.channel.parked.pop(consumer, None)
-
     def has_exclusive_consumer(self) -> bool:
-        return self._exclusive_consumers > 0
+        return self._choice.has_exclusive
 
     def unpark(self, consumer: Consumer) -> None:
         """A parked consumer has capacity again (its channel says so): give it its turns back."""
-        consumer.parked = False
-        if self._turns.enable(consumer) and self.ready:
+        if self._choice.unpark(consumer) and self.ready:
             self.schedule_dispatch()
-
-    def _park(self, consumer: Consumer) -> None:
-        """No capacity: off the turns until its channel calls unpark. When the channel itself
-        cannot deliver, the channel keeps it to wake with the rest of its parked consumers;
-        otherwise it is full on its own and its acks wake it (Channel._release)."""
-        self._turns.disable(consumer)
-        consumer.parked = True
-        channel = consumer.channel
-        if not channel.can_deliver():
-            channel.parked[consumer] = None
 
     def schedule_dispatch(self) -> None:
         if not self._dispatch_scheduled and not self.deleted:
@@ -483,35 +450,13 @@ class ClassicQueue(Queue):
         if self.deleted:
             return
         for _ in range(DISPATCH_BATCH):
-            if not self.ready:
-                return
-            consumer = self._pick_consumer()
+            if self._getters or not self._head_ready():
+                return  # empty, or the head is being read: its landing dispatches again
+            consumer = self._choice.pick()
             if consumer is None:
                 return
-            entry = self.take()
-            if entry is None:
-                return
+            entry = self._pop()
+            assert entry is not None
             consumer.channel.deliver(consumer, entry)
         if self.ready:
             self.schedule_dispatch()
-
-    def _pick_consumer(self) -> Consumer | None:
-        if not self.consumers:
-            return None
-        if self.args.single_active_consumer:
-            if self._sac_previous is not None:
-                if self._sac_previous.unacked:
-                    return None  # its settling schedules a dispatch (Channel._release)
-                self._sac_previous = None
-            active = next(iter(self.consumers))
-            if active.parked:
-                return None
-            if active.has_capacity():
-                return active
-            self._park(active)
-            return None
-        return self._turns.choose(_has_capacity, self._park)
-
-
-# Looked up on each call, so a test can count has_capacity calls by patching Consumer.
-_has_capacity: Callable[[Consumer], bool] = methodcaller("has_capacity")

@@ -11,9 +11,11 @@ Rules of this file:
   is buffered and written once at the end of the event-loop turn, after the channels
   have coalesced their publisher confirms.
 - The -ok of a definition change waits until the definitions are on disk, and so does
-  everything sent after it: each such -ok opens a gate, and what is sent while gates
-  are shut is held in the newest one. Gates open in order as saves land; a failed
-  save closes the connection with 541 (the change stays, and is saved later).
+  everything sent after it (gates.py); a failed save closes the connection with 541
+  (the change stays, and is saved later).
+- A request answered on a later loop turn (basic.get of a head being read back from
+  the store) holds the peer's input (`hold_input`): nothing sent after it is acted on
+  until the answer is sent, so replies keep their order; other connections go on.
 - Reading stops while a resource alarm blocks a publisher, while too much read is not
   yet parsed, and while the peer does not read what we write (the transport paused our
   writes, or a turn's output reached WRITE_BUFFER_HIGH): otherwise a peer that sends
@@ -27,8 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -42,6 +43,7 @@ from kanin.core.bugs import log_bug
 from kanin.core.channel import Channel
 from kanin.core.scheduling import Cancellable, Scheduler
 from kanin.core.session import handshake
+from kanin.core.session.gates import Gate, Gates
 from kanin.core.session.heartbeat import Heartbeat
 from kanin.core.session.opening import Opening
 from kanin.core.session.routing import on_frame
@@ -71,15 +73,6 @@ BACKLOG_PAUSE_BYTES = 256 * 1024
 # Clients send a message's frames together, so more means a peer holding bodies open;
 # the memory alarm bounds many connections together, as these bytes count towards it.
 ASSEMBLY_LIMIT_MESSAGES = 2
-
-
-@dataclass(eq=False)
-class _Gate:
-    """Frames held until the definitions save this gate waits for has landed."""
-
-    frames: list[bytes] = field(default_factory=list)
-    done: bool = False
-    problem: str | None = None  # why the save failed
 
 
 class Session:
@@ -118,9 +111,8 @@ class Session:
         self.vhost: VirtualHost
         self.channel_services: ChannelServices  # once open: what its channels get
         self._out: list[bytes] = []
-        self._gates: deque[_Gate] = deque()  # oldest first; see the header
+        self._gates = Gates()  # replies held behind definitions saves
         self._out_bytes = 0  # bytes in _out
-        self._held_bytes = 0  # bytes held in _gates
         self._flush_scheduled = False
         self._dirty_channels: dict[int, Channel] = {}
         self._writable = True
@@ -133,6 +125,7 @@ class Session:
         self._backlogged = False  # reading paused: too much read but not yet parsed
         self._reading = True
         self._more_scheduled = False
+        self._input_holds = 0  # requests awaiting an answer; the peer's input waits (header)
         self._unread_ticks = 0  # see _heartbeat_counters
         self.exclusive_queues: set[Queue] = set()  # deleted when this connection closes
         self.assembly_limit = AssemblyLimit(
@@ -153,8 +146,9 @@ class Session:
             data = self.opening.read_protocol_header(data)
             if not data:
                 return
-        if self._more_scheduled or not self._writable:
-            # A backlog is being worked through turn by turn, or waits for resume_writing.
+        if self._more_scheduled or not self._writable or self._input_holds:
+            # A backlog is worked through turn by turn, or waits for resume_writing or
+            # for an answer (hold_input).
             self.reader.append(data)
             self._backlogged = self.reader.buffered > BACKLOG_PAUSE_BYTES
             self._update_reading()
@@ -177,8 +171,8 @@ class Session:
                 on_frame(self, frame)
                 if self.closed:
                     return
-                if not self.writable:
-                    break  # the rest waits until what we wrote has gone out
+                if not self.writable or self._input_holds:
+                    break  # the rest waits until what we wrote has gone out, or an answer
             alarms = self.broker.alarms
             if self.is_publisher and alarms.blocked and not self.blocked:
                 self.on_alarm(True, alarms.reason)
@@ -212,6 +206,7 @@ class Session:
             self.reader.buffered >= C.FRAME_HEADER_SIZE
             and not self._more_scheduled
             and self._writable
+            and not self._input_holds
             and not self.closed
         ):
             self._more_scheduled = True
@@ -249,7 +244,7 @@ class Session:
         self.channels.clear()
         self._out.clear()
         self._gates.clear()
-        self._out_bytes = self._held_bytes = 0
+        self._out_bytes = 0
         for queue in list(self.exclusive_queues):
             if not queue.deleted:
                 self.vhost.remove_queue(queue)
@@ -305,7 +300,7 @@ class Session:
         what waits behind a definitions save) is still below its high-water mark: one
         dispatch could otherwise queue hundreds of large messages before the transport, or
         the save, has a say."""
-        return self._writable and self._out_bytes + self._held_bytes < WRITE_BUFFER_HIGH
+        return self._writable and self._out_bytes + self._gates.held_bytes < WRITE_BUFFER_HIGH
 
     def send(self, data: bytes) -> None:
         self.send_parts([data])
@@ -315,8 +310,7 @@ class Session:
             return
         size = sum(map(len, parts))
         if self._gates:
-            self._gates[-1].frames.extend(parts)
-            self._held_bytes += size
+            self._gates.hold(parts, size)
             return
         self._out.extend(parts)
         self._out_bytes += size
@@ -328,32 +322,37 @@ class Session:
         keeper = self.broker.definitions
         if keeper is None or self.state is State.CLOSED:
             return
-        gate = _Gate()
+        gate = Gate()
         if keeper.when_saved(functools.partial(self._gate_done, gate)):
-            self._gates.append(gate)
+            self._gates.add(gate)
 
-    def _gate_done(self, gate: _Gate, problem: str | None) -> None:
-        gate.done, gate.problem = True, problem
-        gates = self._gates
-        was_full = self._out_bytes + self._held_bytes >= WRITE_BUFFER_HIGH
-        released = False
-        while gates and gates[0].done:
-            first = gates.popleft()
-            if first.problem is not None:
-                # The -ok that opened this gate must not go out, nor anything after it
-                # (fail drops every gate): RabbitMQ answers an internal failure with 541
-                # on the connection.
-                self.fail(ConnectionError_(C.INTERNAL_ERROR, first.problem))
-                return
-            size = sum(map(len, first.frames))
-            self._out.extend(first.frames)
-            self._out_bytes += size
-            self._held_bytes -= size
-            released = True
-        if released and not self._flush_scheduled:
+    def hold_input(self) -> Callable[[], None]:
+        """Act on nothing more the peer sent until the returned function is called (once,
+        after the answer to the request being handled was sent): see the header."""
+        self._input_holds += 1
+        return self._release_input
+
+    def _release_input(self) -> None:
+        self._input_holds -= 1
+        if not self._input_holds:
+            self._continue_backlog()  # what arrived meanwhile, on the next turn
+
+    def _gate_done(self, gate: Gate, problem: str | None) -> None:
+        was_full = self._out_bytes + self._gates.held_bytes >= WRITE_BUFFER_HIGH
+        free, failed = self._gates.landed(gate, problem)
+        if free is None:
+            return  # an earlier gate is still shut
+        self._out.extend(free)
+        self._out_bytes += sum(map(len, free))
+        if failed is not None:
+            # The -ok that opened the failed gate must not go out, nor anything after it
+            # (fail drops every gate): RabbitMQ answers an internal failure with 541.
+            self.fail(ConnectionError_(C.INTERNAL_ERROR, failed))
+            return
+        if not self._flush_scheduled:
             self._flush_scheduled = True
             self._soon.call_soon(self._flush)
-        if released and was_full:
+        if was_full:
             self._scheduler.call_soon(self._kick_consumers)  # deliveries stopped behind the gate
 
     def request_flush(self, channel: Channel) -> None:
@@ -479,7 +478,6 @@ class Session:
 
     def _shutdown_channels(self) -> None:
         self._gates.clear()  # held replies are dropped; what closes the connection goes out
-        self._held_bytes = 0
         for channel in self.channels.values():
             channel.shutdown()
         self.channels.clear()
