@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -38,7 +39,7 @@ TEXT_SUFFIXES = {".py", ".md", ".json", ".txt", ".toml", ".cfg", ".sh"}
 
 def text_files() -> Iterator[Path]:
     yield ROOT / "README.md"
-    for top in ("src", "tests", "bench"):
+    for top in ("src", "tests", "bench", "docs"):
         for path in sorted((ROOT / top).rglob("*")):
             if path.suffix in TEXT_SUFFIXES and "__pycache__" not in path.parts:
                 yield path
@@ -62,3 +63,114 @@ def test_the_outside_reference_pattern_catches_what_it_is_for() -> None:
         assert OUTSIDE_REFERENCE.search(cited), cited
     for plain in ("as the spec asks", "qos_semantics_matches_spec", "random seed 7", "no issue"):
         assert not OUTSIDE_REFERENCE.search(plain), plain
+
+
+# -- the shape of the code ------------------------------------------------------------------
+
+PACKAGE = ROOT / "src" / "kanin"
+LAYERS = ("core", "amqp", "server", "store")
+MODULE_LINES_MAX = 500
+EDGE_LINES_MAX = 250  # server/: the asyncio edge stays thin
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _is_type_checking_block(node: ast.AST) -> bool:
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def runtime_imports(path: Path, known: set[str]) -> set[str]:
+    """The kanin modules `path` imports when it runs: at module level or inside functions,
+    but not under `if TYPE_CHECKING:`."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found: set[str] = set()
+    nodes: list[ast.AST] = [ast.parse(path.read_text())]
+    while nodes:
+        node = nodes.pop()
+        for child in ast.iter_child_nodes(node):
+            if _is_type_checking_block(child):
+                assert isinstance(child, ast.If)
+                nodes.extend(child.orelse)
+            elif isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                base = child.module or ""
+                if child.level:
+                    parent = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join([*parent, base] if base else parent)
+                for alias in child.names:
+                    full = f"{base}.{alias.name}"
+                    found.add(full if full in known else base)
+            else:
+                nodes.append(child)
+    return {module for module in found if module in known and module != name}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return cycles
+
+
+def layer_modules() -> dict[str, Path]:
+    return {
+        module_name(path): path
+        for layer in LAYERS
+        for path in sorted((PACKAGE / layer).rglob("*.py"))
+    }
+
+
+def test_no_import_cycles_in_the_broker_layers() -> None:
+    modules = layer_modules()
+    graph = {name: runtime_imports(path, set(modules)) for name, path in modules.items()}
+    assert import_cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+
+
+def test_no_module_is_too_long_and_the_asyncio_edge_is_thin() -> None:
+    too_long = []
+    for name, path in layer_modules().items():
+        lines = len(path.read_text().splitlines())
+        limit = EDGE_LINES_MAX if name.startswith("kanin.server.") else MODULE_LINES_MAX
+        if lines > limit:
+            too_long.append(f"{name}: {lines} lines (at most {limit})")
+    assert too_long == []
