@@ -62,6 +62,11 @@ class ConfirmLedger:
         """The publish `seq` is confirmed once every party is done (and, with `disk`, the
         store's commit round holding what was recorded so far has ended well). With no
         party at all it stays pending until `confirm` or `reject`."""
+        if disk and not parties:  # the usual case: persistent, nothing else to wait for
+            assert self._disk is not None, "a ledger without a store cannot wait on disk"
+            self._disk.add(seq)
+            self._pending[seq] = _DISK_ONLY
+            return
         waiting = frozenset(parties)
         if disk:
             assert self._disk is not None, "a ledger without a store cannot wait on disk"
@@ -97,11 +102,16 @@ class ConfirmLedger:
         self._pending.clear()
 
     def _round_ended(self, seqs: list[int], ok: bool) -> None:
+        pending, acked = self._pending, self._acked
         for seq in seqs:
-            if ok:
+            if not ok:
+                if seq in pending:
+                    self.reject(seq)
+            elif pending.get(seq) is _DISK_ONLY:  # the usual case, without done()'s calls
+                del pending[seq]
+                acked.append(seq)
+            else:
                 self.done(seq, DISK)
-            elif seq in self._pending:
-                self.reject(seq)
         self._on_resolved()
 
     def has_output(self) -> bool:

@@ -74,6 +74,9 @@ class GroupCommitter:
         self._closed = False
         self.rounds = 0
         self.rounds_started = 0
+        # The number of the round that what is appended now will be written in (a plain
+        # attribute: every persistent publish reads it twice).
+        self.pending_round = 1
         self.records_committed = 0
         self.failed = False  # the last round failed: the disk is in trouble
         self._write_failing = False  # the last write of records failed (logged once)
@@ -85,18 +88,13 @@ class GroupCommitter:
     def idle(self) -> bool:
         return not (self._running or self._chunks or self._waiters or self._deletes)
 
-    @property
-    def pending_round(self) -> int:
-        """The number of the round that what is appended now will be written in."""
-        return self.rounds_started + 1
-
     def append(self, segment: int, data: bytes, message_id: int = 0, *, lazy: bool = False) -> None:
         self._chunks.append((segment, data))
         self._chunk_ids.append(message_id)
-        if lazy:
-            self._arm_lazy_write()
-        else:
+        if not lazy:
             self._kick()
+        elif self._lazy_timer is None:
+            self._arm_lazy_write()
 
     def after_commit(self, waiter: Waiter) -> None:
         self._waiters.append(waiter)
@@ -136,6 +134,7 @@ class GroupCommitter:
         prelude = self.prelude() if self.prelude is not None else None
         self._running = True
         self.rounds_started += 1
+        self.pending_round = self.rounds_started + 1
         future = self._loop.run_in_executor(
             self._executor, self._write, prelude, chunks, deletes, sync
         )

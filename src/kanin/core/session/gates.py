@@ -26,13 +26,14 @@ class Gates:
     def __init__(self) -> None:
         self._gates: deque[Gate] = deque()  # oldest first
         self.held_bytes = 0  # bytes held in them
-
-    def __bool__(self) -> bool:
-        return bool(self._gates)
+        # Whether any gate is shut: a plain attribute, as every send of the connection
+        # reads it.
+        self.shut = False
 
     def add(self, gate: Gate) -> None:
         """A gate that shuts now: what is sent from now on is held in it."""
         self._gates.append(gate)
+        self.shut = True
 
     def hold(self, parts: list[bytes], size: int) -> None:
         self._gates[-1].frames.extend(parts)
@@ -51,12 +52,15 @@ class Gates:
         while gates and gates[0].done:
             first = gates.popleft()
             if first.problem is not None:
+                self.shut = bool(gates)
                 return free, first.problem
             self.held_bytes -= sum(map(len, first.frames))
             free.extend(first.frames)
+        self.shut = bool(gates)
         return free, None
 
     def clear(self) -> None:
         """Held replies are dropped (the connection is closing or gone)."""
         self._gates.clear()
         self.held_bytes = 0
+        self.shut = False

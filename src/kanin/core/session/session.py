@@ -309,7 +309,7 @@ class Session:
         if self.state is State.CLOSED:
             return
         size = sum(map(len, parts))
-        if self._gates:
+        if self._gates.shut:
             self._gates.hold(parts, size)
             return
         self._out.extend(parts)
