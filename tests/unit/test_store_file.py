@@ -650,14 +650,20 @@ async def test_read_follows_a_message_that_compaction_moved(files: Harness) -> N
     assert contents(files, live) == [(m.header, m.body) for m in live]
 
 
-async def test_a_corrupted_record_reads_as_none_and_is_logged(
-    files: Harness, caplog: pytest.LogCaptureFixture
-) -> None:
+async def three_with_the_second_corrupted(files: Harness) -> list[Sent]:
+    """Three committed messages; then a byte inside the second's record is flipped."""
     sent = [files.enqueue(Q1, body(i, 300)) for i in range(3)]
     assert await files.commit() is True
     path = segment_files(files.directory)[0]
     offsets = [offset for offset, _ in records.scan(path.read_bytes())]
     corrupt_byte(path, offsets[1] + 60)  # inside the second record
+    return sent
+
+
+async def test_a_corrupted_record_reads_as_none_and_is_logged(
+    files: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    sent = await three_with_the_second_corrupted(files)
     assert contents(files, sent) == [
         (sent[0].header, sent[0].body),
         None,
@@ -813,11 +819,7 @@ async def test_a_segment_is_not_deleted_under_a_read_in_flight(tmp_path: Path) -
 async def test_a_read_later_of_a_corrupted_record_gives_none_for_it_alone(
     files: Harness, caplog: pytest.LogCaptureFixture
 ) -> None:
-    sent = [files.enqueue(Q1, body(i, 300)) for i in range(3)]
-    assert await files.commit() is True
-    path = segment_files(files.directory)[0]
-    offsets = [offset for offset, _ in records.scan(path.read_bytes())]
-    corrupt_byte(path, offsets[1] + 60)  # inside the second record
+    sent = await three_with_the_second_corrupted(files)
     got = await files.read_later(Q1, [m.id for m in sent])
     assert got == [content_of(sent[0]), None, content_of(sent[2])]
     assert f"message {sent[1].id}: no valid record" in caplog.text
