@@ -184,8 +184,8 @@ def test_recovery_keeps_messages_of_queues_the_definitions_do_not_name(tmp_path:
         stop(process)
 
 
-def test_a_saved_quorum_queue_type_is_dropped_and_the_queue_kept(tmp_path: Path) -> None:
-    """Earlier kanin accepted x-queue-type quorum and made a classic queue; kanin now refuses
+def test_a_saved_stream_queue_type_is_dropped_and_the_queue_kept(tmp_path: Path) -> None:
+    """Earlier kanin accepted x-queue-type stream and made a classic queue; kanin now refuses
     that type, but must still start on such definitions and keep the queue's messages."""
     process, port = start_kanin(tmp_path)
     declare_durable(port, QUEUE)
@@ -194,7 +194,7 @@ def test_a_saved_quorum_queue_type_is_dropped_and_the_queue_kept(tmp_path: Path)
     definitions = tmp_path / "definitions.json"
     document = json.loads(definitions.read_text())
     (queue,) = document["queues"]
-    queue["arguments"]["x-queue-type"] = "quorum"
+    queue["arguments"]["x-queue-type"] = "stream"
     definitions.write_text(json.dumps(document))
 
     log: list[str] = []
@@ -202,11 +202,11 @@ def test_a_saved_quorum_queue_type_is_dropped_and_the_queue_kept(tmp_path: Path)
     try:
         errors = [line for line in log if " ERROR " in line and "x-queue-type" in line]
         assert len(errors) == 1, "".join(log)
-        assert repr(QUEUE) in errors[0] and "'quorum'" in errors[0]
+        assert repr(QUEUE) in errors[0] and "'stream'" in errors[0]
         connection = connect(port)
         with pytest.raises(ChannelClosedByBroker) as info:
             connection.channel().queue_declare(
-                QUEUE, durable=True, arguments={"x-queue-type": "quorum"}
+                QUEUE, durable=True, arguments={"x-queue-type": "stream"}
             )
         assert info.value.reply_code == 406
         assert "inequivalent arg 'x-queue-type'" in info.value.reply_text

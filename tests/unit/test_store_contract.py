@@ -286,6 +286,26 @@ async def test_recover_says_size_priority_expiry_and_redelivered_without_content
     harness.store.delivered(Q1, ids[1])
     assert await harness.commit() is True
     assert await harness.restart_recovered() == {
-        Q1: [Recovered(ids[0], 5, 9, 2**40), Recovered(ids[1], 0, 0, 0, True)],
+        Q1: [Recovered(ids[0], 5, 9, 2**40), Recovered(ids[1], 0, 0, 0, True, 1)],
         Q2: [Recovered(ids[2], 3, 255, 1)],
+    }
+
+
+async def test_a_delivery_mark_carries_the_returns_before_it_and_the_crash_adds_one(
+    harness: Harness,
+) -> None:
+    """A queue that counts deliveries marks each one with the times the message came back
+    before it: recovered, the message has come back once more (it was out at the crash)."""
+    first, second, third = (harness.store.enqueue(Q1, "x", "rk", b"h", b"m") for _ in range(3))
+    harness.store.delivered(Q1, first)
+    harness.store.delivered(Q1, first, 1)
+    harness.store.delivered(Q1, first, 2)
+    harness.store.delivered(Q1, second, 4)
+    assert await harness.commit() is True
+    assert await harness.restart_recovered() == {
+        Q1: [
+            Recovered(first, 1, redelivered=True, returns=3),
+            Recovered(second, 1, redelivered=True, returns=5),
+            Recovered(third, 1),
+        ]
     }

@@ -246,6 +246,21 @@ async def test_compaction_keeps_the_redelivered_flag(files: Harness) -> None:
     assert await files.restart() == expected(survivors, redelivered={keep.id})
 
 
+async def test_compaction_keeps_the_returns_count_of_the_delivery_mark(files: Harness) -> None:
+    sent, keep = await sparse_old_segment(files)
+    files.store.delivered(Q1, keep.id, 6)
+    assert await files.commit() is True
+    where = segment_of(files.directory)
+    for message in sent:
+        if where[message.id] == 1 and message is not keep:
+            files.store.remove(Q1, message.id)
+    await settle(files)
+    assert files.file.compactions >= 1
+    recovered = {m.id: m for m in (await files.restart_recovered())[Q1]}
+    assert recovered[keep.id].returns == 7
+    assert recovered[keep.id].redelivered
+
+
 class GatedLog(FaultySegmentLog):
     """Compaction reads wait for the test to open the gate."""
 

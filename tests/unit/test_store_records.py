@@ -16,10 +16,12 @@ from kanin.store.records import (
     DELIVERED,
     ENQUEUE,
     FILE_HEADER,
+    REDELIVERED,
     REMOVE,
     Record,
     decode,
     encode,
+    encode_delivery,
     encode_simple,
     queue_key,
     record_size,
@@ -52,7 +54,14 @@ simple_records = st.builds(
     id=st.integers(1, 2**64 - 1),
     queue=st.text(max_size=40),
 )
-any_record = st.one_of(enqueue_records, simple_records)
+redelivered_records = st.builds(
+    Record,
+    type=st.just(REDELIVERED),
+    id=st.integers(1, 2**64 - 1),
+    queue=st.text(max_size=40),
+    returns=st.integers(1, 2**32 - 1),
+)
+any_record = st.one_of(enqueue_records, simple_records, redelivered_records)
 
 
 def sample_records() -> list[Record]:
@@ -65,6 +74,7 @@ def sample_records() -> list[Record]:
             ENQUEUE, 3, queue_key("vh", "q\u00e9"), "ex", "", b"h" * 300, bytes(range(256)), 9, 77
         ),
         Record(REMOVE, 2, q),
+        Record(REDELIVERED, 1, q, returns=3),
     ]
 
 
@@ -163,6 +173,14 @@ def test_version_one_files_are_still_read_as_priority_zero_never_expiring() -> N
         (ENQUEUE, 2, q, 0, 0, 0),
         (REMOVE, 2, q, 0, 0, 0),
     ]
+
+
+def test_redelivered_layout_matches_the_documented_format() -> None:
+    payload = b"\x04" + (7).to_bytes(8, "big") + (300).to_bytes(4, "big") + b"\x00\x01q"
+    assert encode_delivery(7, "q", 300) == framed(payload)
+    assert encode_delivery(7, "q", 0) == encode_simple(DELIVERED, 7, "q")
+    summaries = list(records.SummaryScan(FILE_HEADER + framed(payload)))
+    assert [s[1:] for s in summaries] == [(REDELIVERED, 7, "q", 0, 0, 300)]
 
 
 def test_remove_layout_matches_the_documented_format() -> None:
@@ -365,7 +383,7 @@ def test_a_checksummed_but_malformed_record_is_skipped(payload: bytes) -> None:
 def test_summaries_say_what_scan_says_without_the_content(recs: list[Record]) -> None:
     data, _ = log_bytes(recs)
     expected = [
-        (offset, r.type, r.id, r.queue, r.priority, r.expires_at_ms, len(r.body))
+        (offset, r.type, r.id, r.queue, r.priority, r.expires_at_ms, r.returns or len(r.body))
         for offset, r in scan(data)
     ]
     assert list(records.SummaryScan(data)) == expected

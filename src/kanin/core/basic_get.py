@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 from pamqp import commands
 
 from kanin.amqp.methods import build
+from kanin.core.queue_args import UNSENT
+from kanin.core.queues.returns import delivery_count_header
 from kanin.core.unacked import Unacked
 
 if TYPE_CHECKING:
@@ -40,7 +42,7 @@ class GetAnswer:
     def __call__(self, entry: Entry | None) -> None:
         if self._channel.closing:
             if entry is not None:
-                self._queue.requeue([entry])
+                self._queue.requeue([entry], UNSENT)  # never delivered: not a return
         elif entry is None:
             self._channel.send_method(build(commands.Basic.GetEmpty))
         else:
@@ -66,4 +68,8 @@ class GetAnswer:
             routing_key=message.routing_key,
             message_count=queue.message_count,
         )
-        channel.send_content(method, message)
+        # A get from a queue that counts deliveries always says the count, 0 the first time.
+        header = (
+            delivery_count_header(message, entry.returns) if queue.args.returns.counts else None
+        )
+        channel.send_content(method, message, header)

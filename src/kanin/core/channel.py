@@ -39,7 +39,9 @@ from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
 from kanin.core.message import Entry, Message
 from kanin.core.publishing import publish
+from kanin.core.queue_args import RETURNED
 from kanin.core.queues import Queue
+from kanin.core.queues.returns import delivery_count_header
 from kanin.core.reply_to import ReplyConsumer
 from kanin.core.unacked import Unacked, UnackedLedger
 
@@ -126,9 +128,12 @@ class Channel:
         self.port.hold_until_saved()
         self.send_method(method)
 
-    def send_content(self, method: Any, message: Message) -> None:
+    def send_content(self, method: Any, message: Message, header: bytes | None = None) -> None:
+        """A method with content: the message's header bytes as published, or `header`."""
         parts = [encode_method(self.id, method)]
-        parts += encode_content(self.id, message.header_payload, message.body, self.port.frame_max)
+        if header is None:
+            header = message.header_payload
+        parts += encode_content(self.id, header, message.body, self.port.frame_max)
         self.port.send_parts(parts)
 
     def flush(self) -> None:
@@ -179,15 +184,25 @@ class Channel:
                 message.routing_key.encode(),
             )
         ]
-        parts += encode_content(self.id, message.header_payload, message.body, self.port.frame_max)
+        # A message back after a return says how often (queues/returns.py); else the
+        # publisher's header bytes go out as they came.
+        header = (
+            delivery_count_header(message, entry.returns)
+            if entry.returns
+            else message.header_payload
+        )
+        parts += encode_content(self.id, header, message.body, self.port.frame_max)
         self.port.send_parts(parts)
 
     # -- acknowledgements ---------------------------------------------------------
 
-    def apply_settled(self, records: list[Unacked], requeue: bool | None) -> None:
-        """ack (requeue=None), or nack/reject with or without requeue."""
+    def apply_settled(
+        self, records: list[Unacked], requeue: bool | None, how: str = RETURNED
+    ) -> None:
+        """ack (requeue=None), or nack/reject with or without requeue; `how` says which
+        (queue_args.NACKED or REJECTED), for the queues that treat them apart."""
         if requeue:
-            self._give_back(records)
+            self._give_back(records, how)
             return
         self._release(records)
         if requeue is None:
@@ -240,6 +255,7 @@ class Channel:
 
     @staticmethod
     def _requeue(records: list[Unacked]) -> None:
+        """The channel closed with these unacked: each goes back to its queue."""
         by_queue: dict[int, tuple[Queue, list[Entry]]] = {}
         for record in records:
             by_queue.setdefault(id(record.queue), (record.queue, []))[1].append(record.entry)
@@ -248,9 +264,9 @@ class Channel:
 
     def recover(self) -> None:
         """basic.recover requeue=true: every unacked delivery goes back (see _give_back)."""
-        self._give_back(self.unacked.take_all())
+        self._give_back(self.unacked.take_all(), RETURNED)
 
-    def _give_back(self, records: list[Unacked]) -> None:
+    def _give_back(self, records: list[Unacked], how: str) -> None:
         """Requeue settled deliveries (basic.recover, nack/reject with requeue) as RabbitMQ
         3.10 does, so redeliveries come in its order: one consumer's deliveries at a time,
         by queue name then consumer tag (basic.get's first), each group back in its place
@@ -262,7 +278,7 @@ class Channel:
         and each group is one requeue the queue handles, dispatching, before the next.)"""
         for queue, group in _groups_in_requeue_order(records):
             self._free_consumers(group)
-            queue.requeue([record.entry for record in group])
+            queue.requeue([record.entry for record in group], how)
             queue.dispatch_now()
         self.global_unacked -= _consumer_deliveries(records)
         self.wake()

@@ -18,6 +18,7 @@ from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
 from kanin.core.permissions import check_permission
 from kanin.core.publishing import route_and_enqueue
+from kanin.core.queue_args import NACKED, REJECTED
 
 if TYPE_CHECKING:
     from kanin.core.channel import Channel
@@ -53,6 +54,11 @@ def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
     check_permission(channel.services, "read", "queue", name)
     queue = channel.vhost.get_queue(name, channel.port)
     tag = _consumer_tag(channel, method)
+    if channel.global_prefetch and not queue.supports_global_qos:
+        raise ConnectionError_(
+            C.NOT_IMPLEMENTED,
+            f"queue '{name}' in vhost '{channel.vhost.name}' does not support global qos",
+        )
     if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
         raise ChannelError(
             C.ACCESS_REFUSED, f"queue '{name}' in vhost '{channel.vhost.name}' in exclusive use"
@@ -112,21 +118,23 @@ def basic_ack(channel: Channel, method: commands.Basic.Ack) -> None:
 
 
 def basic_nack(channel: Channel, method: commands.Basic.Nack) -> None:
-    _settle(channel, method.delivery_tag, method.multiple, method.requeue)
+    _settle(channel, method.delivery_tag, method.multiple, method.requeue, NACKED)
 
 
 def basic_reject(channel: Channel, method: commands.Basic.Reject) -> None:
-    _settle(channel, method.delivery_tag or 0, False, method.requeue)
+    _settle(channel, method.delivery_tag or 0, False, method.requeue, REJECTED)
 
 
-def _settle(channel: Channel, tag: int, multiple: bool, requeue: bool | None) -> None:
+def _settle(
+    channel: Channel, tag: int, multiple: bool, requeue: bool | None, how: str = NACKED
+) -> None:
     records = channel.unacked.settle(tag, multiple)
     if channel.tx is not None:
         # As in RabbitMQ: the tag is checked now, the ack takes effect at commit, and a
         # rollback puts the deliveries back as unacked.
-        channel.tx.append(("settle", (records, requeue)))
+        channel.tx.append(("settle", (records, requeue, how)))
         return
-    channel.apply_settled(records, requeue)
+    channel.apply_settled(records, requeue, how)
 
 
 def basic_recover(channel: Channel, method: Any) -> None:

@@ -96,7 +96,16 @@ class Entry:
     reads it back before it goes out. What ordering, expiry and counting need stays here.
     """
 
-    __slots__ = ("cost", "expires_at", "message", "redelivered", "seq", "size", "stored_id")
+    __slots__ = (
+        "cost",
+        "expires_at",
+        "message",
+        "redelivered",
+        "returns",
+        "seq",
+        "size",
+        "stored_id",
+    )
 
     def __init__(self, message: Message | None, seq: int, size: int = -1) -> None:
         self.message = message
@@ -107,6 +116,9 @@ class Entry:
         # entry_cost); 0 when it is not counted (not in a queue yet, or gone).
         self.cost = 0
         self.redelivered = False
+        # Times it came back to this queue (only queues that count deliveries count them):
+        # its next delivery carries it as x-delivery-count.
+        self.returns = 0
         self.stored_id = 0  # id in the message store, 0 when not persisted
         self.expires_at: float | None = None  # scheduler time after which it is dead
 

@@ -27,7 +27,7 @@ from kanin.amqp.errors import AMQPError
 from kanin.core.auth import Permission, User
 from kanin.core.definitions_saver import DefinitionsSaver
 from kanin.core.exchanges import DefaultExchange, Exchange
-from kanin.core.queue_args import QUEUE_TYPE, QUEUE_TYPES
+from kanin.core.queue_args import IMPLEMENTED_TYPES, QUEUE_TYPE, QUEUE_TYPES
 from kanin.core.queues import Queue
 from kanin.errors import StartupError
 from kanin.store import definitions
@@ -281,13 +281,13 @@ def _persistable(destination: Queue | Exchange) -> bool:
 
 
 def _restorable_arguments(spec: dict[str, Any]) -> dict[str, Any]:
-    """A queue's saved arguments, less an x-queue-type kanin refuses (quorum, stream): an
-    earlier kanin accepted those and made a classic queue. The queue and its messages are
+    """A queue's saved arguments, less an x-queue-type kanin refuses (stream): an earlier
+    kanin accepted it and made a classic queue. The queue and its messages are
     kept, as a classic queue without the argument, so a client redeclaring it with that
     type is told the queue is not one (406 inequivalent arg) instead of believing it is."""
     arguments: dict[str, Any] = spec["arguments"]
     queue_type = arguments.get(QUEUE_TYPE)
-    if queue_type in (None, "classic") or queue_type not in QUEUE_TYPES:
+    if queue_type in (None, *IMPLEMENTED_TYPES) or queue_type not in QUEUE_TYPES:
         return arguments
     log.error(
         "queue %r in vhost %r was saved with x-queue-type %r, which kanin does not implement: "

@@ -1,6 +1,12 @@
 """Queue arguments (x-message-ttl, x-expires, dead-lettering, length limits,
-x-max-priority, x-single-active-consumer, x-queue-mode, x-queue-type): parsed once at declare,
-validated as RabbitMQ 3.10 validates them, and refused with 406 in its words.
+x-max-priority, x-single-active-consumer, x-queue-mode, x-queue-type, x-delivery-limit, the
+x-delayed-retry-* backoff): parsed once at declare, validated as RabbitMQ 3.10 validates
+them, and refused with 406 in its words.
+
+Each queue type refuses the arguments RabbitMQ 3.10 knows but gives to other types (a
+quorum queue has no priorities, a classic queue no dead-letter strategy), with the flags
+a quorum queue cannot have. One deliberate difference: classic queues take
+x-delivery-limit (and count deliveries) where RabbitMQ refuses it.
 """
 
 from __future__ import annotations
@@ -16,9 +22,83 @@ OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 QUEUE_MODES = ("default", "lazy")
 QUEUE_TYPE = "x-queue-type"
 QUEUE_TYPES = ("classic", "quorum", "stream")  # the types RabbitMQ 3.10 knows
+IMPLEMENTED_TYPES = ("classic", "quorum")
+# The arguments RabbitMQ 3.10 knows that each type refuses, in its words "invalid arg 'x'
+# for queue 'q' in vhost '/' of queue type rabbit_classic_queue" (measured on 3.10.8).
+_STREAM_ONLY = ("x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size")
+REFUSED_BY_TYPE: dict[str, tuple[str, ...]] = {
+    "classic": (
+        *_STREAM_ONLY,
+        "x-queue-leader-locator",
+        "x-quorum-initial-group-size",
+        "x-dead-letter-strategy",
+        "x-max-in-memory-length",
+        "x-max-in-memory-bytes",
+    ),
+    "quorum": (
+        *_STREAM_ONLY,
+        "x-queue-version",
+        "x-queue-master-locator",
+        "x-queue-mode",
+        "x-max-priority",
+    ),
+}
+DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
+# x-delayed-retry-type: which returns are held back (see core/queues/returns.py).
+RETRY_TYPES = ("all", "returned", "failed", "disabled")
 MAX_PRIORITY = 255
 # RabbitMQ 3.10's bound on x-message-ttl, x-expires and per-message expiration: ten years.
 MAX_TTL_MS = 315_360_000_000
+
+
+# How a message came back to its queue, for the delivery count and the backoff:
+REJECTED = "rejected"  # basic.reject with requeue: the consumer says processing failed
+NACKED = "nacked"  # basic.nack with requeue
+RETURNED = "returned"  # basic.recover, or its channel closed (or timed out) with it unacked
+UNSENT = "unsent"  # taken for a basic.get whose channel closed before the answer went out
+# Which kinds each x-delayed-retry-type holds back.
+_HELD_BACK = {
+    "all": (REJECTED, NACKED, RETURNED),
+    "failed": (REJECTED,),
+    "returned": (NACKED, RETURNED),
+    "requeued": (REJECTED, NACKED),
+    "disabled": (),
+}
+
+
+@dataclass(frozen=True)
+class ReturnArgs:
+    """What a queue does with the messages that come back: count them (RabbitMQ 3.10's
+    quorum queues count every return, whatever its kind), dead-letter past a limit (N
+    returns allowed, so N+1 deliveries), and hold them back before the next delivery."""
+
+    counts: bool = False  # quorum queues always; classic ones with a limit or a backoff
+    limit: int | None = None  # x-delivery-limit
+    # x-delayed-retry-type: which returns wait. RabbitMQ 4.3's meaning over AMQP 0-9-1:
+    # "failed" is a reject, "returned" every other return, "all" both; "requeued" is
+    # kanin's name for a queue given x-delayed-retry-min alone: a reject or a nack.
+    retry_type: str = "disabled"
+    retry_min_ms: int = 0
+    retry_max_ms: int | None = None
+    retry_multiplier: int | None = None  # 2 or more: exponential; else linear
+
+    def backoff_ms(self, returns: int, how: str) -> int:
+        """How long a message back for the `returns`-th time waits before its next
+        delivery: linear min*returns, or exponential min*multiplier^(returns-1), capped
+        at x-delayed-retry-max; 0 when this kind of return does not wait."""
+        if returns <= 0 or how not in _HELD_BACK[self.retry_type]:
+            return 0
+        multiplier = self.retry_multiplier
+        if multiplier is not None and multiplier >= 2:
+            # Bounded before the power: a huge count must not build a huge integer.
+            cap = self.retry_max_ms if self.retry_max_ms is not None else MAX_TTL_MS
+            steps = min(returns - 1, cap.bit_length())
+            delay = self.retry_min_ms * int(multiplier**steps)
+        else:
+            delay = self.retry_min_ms * returns
+        if self.retry_max_ms is not None:
+            delay = min(delay, self.retry_max_ms)
+        return min(delay, MAX_TTL_MS)
 
 
 @dataclass(frozen=True)
@@ -34,6 +114,7 @@ class QueueArgs:
     single_active_consumer: bool = False
     # x-queue-mode=lazy: persistent messages go to disk at once (a memory budget of 0).
     lazy: bool = False
+    returns: ReturnArgs = ReturnArgs()
 
     @property
     def rejects_publish(self) -> bool:
@@ -72,6 +153,13 @@ KNOWN_ARGUMENTS: tuple[str, ...] = (
     "x-queue-mode",
     "x-single-active-consumer",
     "x-queue-type",
+    "x-delivery-limit",
+    "x-delayed-retry-type",
+    "x-delayed-retry-min",
+    "x-delayed-retry-max",
+    "x-delayed-retry-multiplier",
+    "x-dead-letter-strategy",
+    "x-quorum-initial-group-size",
 )
 
 
@@ -115,18 +203,47 @@ class _Checker:
         return value
 
 
-def _check_queue_type(check: _Checker) -> None:
-    """x-queue-type: classic (the default) is what kanin implements. RabbitMQ's other types
-    are refused, never quietly made classic: a client asking for a replicated quorum queue
-    or a stream must not get a queue with other guarantees and other semantics."""
+def _queue_type(check: _Checker) -> str:
+    """x-queue-type: classic (the default) and quorum are what kanin implements. A stream is
+    refused, never quietly made classic: a client asking for one must not get a queue with
+    other guarantees and other semantics."""
     queue_type = check.string(QUEUE_TYPE)
-    if queue_type is None or queue_type == "classic":
-        return
+    if queue_type is None or queue_type in IMPLEMENTED_TYPES:
+        return queue_type or "classic"
     if queue_type not in QUEUE_TYPES:
         raise check.fail(QUEUE_TYPE, f"\"unsupported queue type '{queue_type}'\"")
     raise check.fail(
-        QUEUE_TYPE, f"\"queue type '{queue_type}' is not implemented by kanin; 'classic' is\""
+        QUEUE_TYPE,
+        f"\"queue type '{queue_type}' is not implemented by kanin; 'classic' and 'quorum' are\"",
     )
+
+
+def _check_type_arguments(check: _Checker, queue_type: str) -> None:
+    """The first argument, in the client's order, that the type refuses."""
+    refused = REFUSED_BY_TYPE[queue_type]
+    for key in check.arguments:
+        if key in refused:
+            raise ChannelError(
+                C.PRECONDITION_FAILED,
+                f"invalid arg '{key}' for {check.where} of queue type rabbit_{queue_type}_queue",
+            )
+
+
+def check_quorum_flags(
+    queue: str, vhost: str, *, durable: bool, exclusive: bool, auto_delete: bool
+) -> None:
+    """A quorum queue is durable, shared and kept: RabbitMQ 3.10 names the first flag that
+    says otherwise (after the arguments are found valid)."""
+    for wrong, name in (
+        (auto_delete, "auto-delete"),
+        (exclusive, "exclusive-owner"),
+        (not durable, "non-durable"),
+    ):
+        if wrong:
+            raise ChannelError(
+                C.PRECONDITION_FAILED,
+                f"invalid property '{name}' for queue '{queue}' in vhost '{vhost}'",
+            )
 
 
 def same_queue_type(old: dict[str, Any], new: dict[str, Any]) -> bool:
@@ -136,7 +253,8 @@ def same_queue_type(old: dict[str, Any], new: dict[str, Any]) -> bool:
 
 def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> QueueArgs:
     check = _Checker(arguments, queue, vhost)
-    _check_queue_type(check)  # first, as in RabbitMQ: an unknown type hides other errors
+    queue_type = _queue_type(check)  # first, as in RabbitMQ: an unknown type hides the rest
+    _check_type_arguments(check, queue_type)
     overflow = check.string("x-overflow") or "drop-head"
     if overflow not in OVERFLOW_MODES:
         raise check.fail("x-overflow", "invalid_overflow")
@@ -156,6 +274,13 @@ def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> Queue
     sac = arguments.get("x-single-active-consumer", False)
     if not isinstance(sac, bool):
         raise check.fail("x-single-active-consumer", f"{{unacceptable_type,{wire_type_name(sac)}}}")
+    strategy = check.string("x-dead-letter-strategy")
+    if strategy is not None and strategy not in DEAD_LETTER_STRATEGIES:
+        raise check.fail("x-dead-letter-strategy", "invalid_dlx_strategy")
+    check.integer("x-quorum-initial-group-size", positive=True)
+    check.integer("x-max-in-memory-length")
+    check.integer("x-max-in-memory-bytes")
+    returns = _return_args(check, queue_type)
     return QueueArgs(
         message_ttl_ms=check.integer("x-message-ttl", maximum=MAX_TTL_MS),
         expires_ms=check.integer("x-expires", positive=True, maximum=MAX_TTL_MS),
@@ -169,4 +294,29 @@ def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> Queue
         ),
         single_active_consumer=sac,
         lazy=mode == "lazy",
+        returns=returns,
     )
+
+
+def _return_args(check: _Checker, queue_type: str) -> ReturnArgs:
+    """x-delivery-limit and the x-delayed-retry-* backoff. RabbitMQ 3.10's quorum queues take
+    any x-delivery-limit: an integer below 0 acts as 0, anything not an integer as none."""
+    limit = check.arguments.get("x-delivery-limit")
+    if isinstance(limit, bool) or not isinstance(limit, int):
+        limit = None
+    elif limit < 0:
+        limit = 0
+    retry_min = check.integer("x-delayed-retry-min", positive=True, maximum=MAX_TTL_MS)
+    retry_max = check.integer("x-delayed-retry-max", positive=True, maximum=MAX_TTL_MS)
+    multiplier = check.integer("x-delayed-retry-multiplier", positive=True, maximum=1000)
+    retry_type = check.string("x-delayed-retry-type")
+    if retry_type is not None and retry_type not in RETRY_TYPES:
+        raise check.fail("x-delayed-retry-type", f"\"unsupported retry type '{retry_type}'\"")
+    if retry_type is None:
+        retry_type = "disabled" if retry_min is None else "requeued"
+    if retry_type != "disabled" and retry_min is None:
+        raise check.fail("x-delayed-retry-type", '"x-delayed-retry-min is required"')
+    if retry_max is not None and retry_min is not None and retry_max < retry_min:
+        raise check.fail("x-delayed-retry-max", f"{{value_below_min,{retry_max}}}")
+    counts = queue_type == "quorum" or limit is not None or retry_type != "disabled"
+    return ReturnArgs(counts, limit, retry_type, retry_min or 0, retry_max, multiplier)

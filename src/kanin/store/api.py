@@ -62,6 +62,9 @@ class Recovered(NamedTuple):
     priority: int = 0
     expires_at_ms: int = 0  # UNIX ms after which it is dead, 0 = never
     redelivered: bool = False
+    # Times it came back to its queue, the crash included if it was out: one more than
+    # the count its last delivery mark carried (0 if it was never delivered).
+    returns: int = 0
 
 
 class MessageStore(Protocol):
@@ -107,10 +110,11 @@ class MessageStore(Protocol):
         this recorded; an unknown id is ignored. Starts no commit round of its own."""
         ...
 
-    def delivered(self, queue: str, message_id: int) -> None:
-        """A queue (core/queues/) handed the message out with an ack pending: recovered
-        after a crash it comes back redelivered. Nobody waits for this to be durable:
-        starts no commit round of its own."""
+    def delivered(self, queue: str, message_id: int, returns: int = 0) -> None:
+        """A queue (core/queues/) handed the message out with an ack pending, after it had
+        come back `returns` times: recovered after a crash it comes back redelivered, with
+        `returns + 1` returns. Nobody waits for this to be durable: starts no commit round
+        of its own."""
         ...
 
     def after_commit(self, waiter: Waiter) -> None:

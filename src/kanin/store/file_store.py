@@ -113,7 +113,8 @@ class FileStore:
         # Segments on disk, oldest first (the active one last), and those with nothing live.
         self._on_disk: list[int] = []
         self._dead: set[int] = set()
-        self._delivered: set[int] = set()  # live ids with a DELIVERED record on disk
+        # Live ids with a delivery mark on disk -> the returns count the last one carries.
+        self._delivered: dict[int, int] = {}
         self._recovered = False
         # Reading back: one thread does every pread (see the header), and the segments
         # reads in flight need are pinned (segment -> reads) so they are not deleted.
@@ -179,7 +180,7 @@ class FileStore:
         if location is None:
             return
         self._pending.pop(message_id, None)
-        self._delivered.discard(message_id)
+        self._delivered.pop(message_id, None)
         self._place(records.encode_simple(records.REMOVE, message_id, queue), lazy=True)
         segment = location >> _SEGMENT_SHIFT
         state = self._live[segment]
@@ -321,8 +322,9 @@ class FileStore:
                 continue  # removed while we were reading
             # Until the copy is on disk it is read from memory; the old file stays till then.
             self._place_live(record.id, records.encode(record))
-            if record.id in self._delivered:  # the delivery mark moves with the message
-                self._place(records.encode_simple(records.DELIVERED, record.id, record.queue))
+            returns = self._delivered.get(record.id)
+            if returns is not None:  # the delivery mark moves with the message
+                self._place(records.encode_delivery(record.id, record.queue, returns))
             state.live -= 1
             moved.append((record.id, location))
         # The old file may go only once the copies are on disk.
@@ -372,11 +374,11 @@ class FileStore:
             self._segments.close_reader(segment)
             self._committer.delete_segment(segment)
 
-    def delivered(self, queue: str, message_id: int) -> None:
+    def delivered(self, queue: str, message_id: int, returns: int = 0) -> None:
         # Written every time it is asked for: a mark lost in a failed round is written again.
         if message_id in self._where:
-            self._delivered.add(message_id)
-            self._place(records.encode_simple(records.DELIVERED, message_id, queue), lazy=True)
+            self._delivered[message_id] = returns
+            self._place(records.encode_delivery(message_id, queue, returns), lazy=True)
 
     def after_commit(self, waiter: Waiter) -> None:
         self._committer.after_commit(waiter)
@@ -431,15 +433,16 @@ class FileStore:
                     messages = queues.get(queue)
                     if messages is None:
                         messages = queues[queue] = {}
-                    messages[id_] = make((id_, size, priority, expiry, False))
+                    messages[id_] = make((id_, size, priority, expiry, False, 0))
                     where[id_] = base | offset
                     state.total += 1
                 elif type_ == records.REMOVE:
                     if where.pop(id_, None) is not None:
                         queues.get(queue, {}).pop(id_, None)
-                    delivered.discard(id_)
-                elif id_ in where:  # DELIVERED
-                    delivered.add(id_)
+                    delivered.pop(id_, None)
+                elif id_ in where:  # DELIVERED, or REDELIVERED with its count in `size`
+                    returns = size if type_ == records.REDELIVERED else 0
+                    delivered[id_] = max(returns, delivered.get(id_, 0))
             if summaries.valid_end > records.FILE_HEADER_BYTES:
                 highest_segment = segment  # the newest with records: it holds the top id
         self._next_id = next_id
@@ -469,8 +472,9 @@ class FileStore:
                 continue
             ordered = [messages[i] for i in sorted(messages)]
             for index, message in enumerate(ordered):
-                if message.id in self._delivered:
-                    ordered[index] = message._replace(redelivered=True)
+                returns = self._delivered.get(message.id)
+                if returns is not None:
+                    ordered[index] = message._replace(redelivered=True, returns=returns + 1)
             result[key] = ordered
         return result
 

@@ -22,6 +22,7 @@ class _Held:
     priority: int
     expires_at_ms: int
     redelivered: bool = False
+    returns: int = 0  # as Recovered.returns
 
 
 @dataclass
@@ -65,10 +66,11 @@ class MemoryStore:
     def remove(self, queue: str, message_id: int) -> None:
         self._queues.get(queue, {}).pop(message_id, None)
 
-    def delivered(self, queue: str, message_id: int) -> None:
+    def delivered(self, queue: str, message_id: int, returns: int = 0) -> None:
         held = self._queues.get(queue, {}).get(message_id)
         if held is not None:
             held.redelivered = True
+            held.returns = returns + 1
 
     def after_commit(self, waiter: Waiter) -> None:
         self.loop.call_soon(waiter, True)
@@ -79,7 +81,9 @@ class MemoryStore:
     def recover(self) -> dict[str, list[Recovered]]:
         return {
             queue: [
-                Recovered(i, len(h.content.body), h.priority, h.expires_at_ms, h.redelivered)
+                Recovered(
+                    i, len(h.content.body), h.priority, h.expires_at_ms, h.redelivered, h.returns
+                )
                 for i, h in sorted(messages.items())
             ]
             for queue, messages in self._queues.items()

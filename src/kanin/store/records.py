@@ -6,8 +6,9 @@ follow back to back:
 
     u32 length   number of bytes after the checksum (type .. end of record)
     u32 crc32    zlib.crc32 of those bytes
-    u8  type     1 = ENQUEUE, 2 = REMOVE, 3 = DELIVERED
+    u8  type     1 = ENQUEUE, 2 = REMOVE, 3 = DELIVERED, 4 = REDELIVERED
     u64 id       the message's id in this store (unique, increasing)
+    REDELIVERED only: u32 returns   times the message came back before this delivery
     ENQUEUE only, fixed-size first so that start-up reads all it needs in one unpack
     and never touches the variable part:
     u8  priority       the publisher's priority property (0 when absent)
@@ -21,7 +22,9 @@ follow back to back:
 
 Version 1 had no priority or expiry, and the ENQUEUE lengths sat each before its
 field, after the queue key; REMOVE and DELIVERED are the same in both versions. A
-version 1 ENQUEUE reads as priority 0, never expiring.
+version 1 ENQUEUE reads as priority 0, never expiring. REDELIVERED came later in version 2:
+a queue that counts deliveries (x-delivery-limit, quorum) writes one per delivery after a
+return, a first delivery being a DELIVERED; older kanin does not read it.
 
 A record is valid only if its whole length is present, its checksum matches and its
 fields fill exactly its length (valid UTF-8 names). Reading a file, a record that is not
@@ -30,9 +33,9 @@ from there (the scans report each skipped span). Only when nothing valid follows
 rest of the file a bad tail; whether a tail may be cut is the segment log's decision.
 
 How resync is sound. Bytes that are not a record but look like one must (1) hold a type
-byte of 1, 2 or 3, (2) hold a length that fits the file and that the record's own field
+byte of 1 to 4, (2) hold a length that fits the file and that the record's own field
 lengths add up to exactly, and (3) match their crc32: random bytes pass all three with a
-probability of about 3/256 * 2^-32 * 2^-32 per offset, so over the 2^26 offsets of a
+probability of about 4/256 * 2^-32 * 2^-32 per offset, so over the 2^26 offsets of a
 64 MiB segment a false record is never found in practice. What is not random is a
 message body that itself holds encoded records: resync looks inside a bad record's body
 only when that record's length cannot be trusted. If its length leads to a valid record,
@@ -58,9 +61,11 @@ FILE_HEADER_BYTES = len(FILE_HEADER)
 ENQUEUE = 1
 REMOVE = 2
 DELIVERED = 3
+REDELIVERED = 4
 
 PREFIX = struct.Struct(">II")
 _SIMPLE = struct.Struct(">BQH")  # type, id, queue key length
+_COUNTED = struct.Struct(">BQIH")  # REDELIVERED: type, id, returns, queue key length
 _ENQUEUE = struct.Struct(">BQBQBBIIH")  # type, id, priority, expiry, 4 lengths, queue length
 _FRAMED_ENQUEUE = struct.Struct(">II" + _ENQUEUE.format[1:])  # with the length and checksum
 _U8 = struct.Struct(">B")
@@ -80,10 +85,12 @@ class Record:
     body: bytes = b""
     priority: int = 0
     expires_at_ms: int = 0
+    returns: int = 0  # REDELIVERED
 
 
 # What start-up needs from one record, without copying its body:
-# (offset in the file, type, id, queue key, priority, expires_at_ms, body size).
+# (offset in the file, type, id, queue key, priority, expires_at_ms, body size);
+# for a REDELIVERED record the last field is its returns count instead.
 Summary = tuple[int, int, int, str, int, int, int]
 
 
@@ -93,6 +100,8 @@ def queue_key(vhost: str, queue: str) -> str:
 
 def encode(record: Record) -> bytes:
     queue = record.queue.encode()
+    if record.type == REDELIVERED:
+        return encode_delivery(record.id, record.queue, record.returns)
     if record.type != ENQUEUE:
         payload = _SIMPLE.pack(record.type, record.id, len(queue)) + queue
         return PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
@@ -119,6 +128,16 @@ def encode_simple(type_: int, id_: int, queue: str) -> bytes:
     return PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
 
 
+def encode_delivery(id_: int, queue: str, returns: int) -> bytes:
+    """The mark of a delivery with an ack pending: DELIVERED for a first delivery,
+    REDELIVERED with the count of returns before it otherwise."""
+    if not returns:
+        return encode_simple(DELIVERED, id_, queue)
+    encoded = queue.encode()
+    payload = _COUNTED.pack(REDELIVERED, id_, min(returns, 0xFFFFFFFF), len(encoded)) + encoded
+    return PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
+
+
 class CorruptRecord(Exception):
     """The bytes at this offset are not a whole, valid record."""
 
@@ -131,6 +150,11 @@ def decode(payload: bytes, version: int = VERSION) -> Record:
         if _SIMPLE.size + queue_len != len(payload):
             raise CorruptRecord("record length does not match its fields")
         return Record(type_, id_, payload[_SIMPLE.size :].decode())
+    if type_ == REDELIVERED:
+        _, id_, returns, queue_len = _COUNTED.unpack_from(payload)
+        if _COUNTED.size + queue_len != len(payload):
+            raise CorruptRecord("record length does not match its fields")
+        return Record(type_, id_, payload[_COUNTED.size :].decode(), returns=returns)
     if type_ != ENQUEUE:
         raise CorruptRecord(f"unknown record type {type_}")
     if version == 1:
@@ -300,9 +324,16 @@ def _names(data: bytes, start: int, queue_len: int, ex_len: int, rk_len: int) ->
 
 
 def _summary(data: bytes, offset: int, record_end: int, version: int) -> Summary:
-    """The slow path of SummaryScan: REMOVE, DELIVERED and version 1 ENQUEUE records."""
+    """The slow path of SummaryScan: REMOVE, DELIVERED, REDELIVERED and version 1 ENQUEUE
+    records."""
     start = offset + PREFIX.size
     type_ = data[start] if start < record_end else 0
+    if type_ == REDELIVERED:
+        _, id_, returns, queue_len = _COUNTED.unpack_from(data, start)
+        if start + _COUNTED.size + queue_len != record_end:
+            raise CorruptRecord("record length does not match its fields")
+        queue = data[start + _COUNTED.size : record_end].decode()
+        return (offset, type_, id_, queue, 0, 0, returns)
     if type_ == ENQUEUE:
         record = decode(data[start:record_end], version)
         summary = (record.priority, record.expires_at_ms, len(record.body))
@@ -316,7 +347,7 @@ def _summary(data: bytes, offset: int, record_end: int, version: int) -> Summary
 
 
 # Where a record may start: the byte after its length and checksum is its type.
-_TYPE_BYTE = re.compile(rb"[\x01-\x03]")
+_TYPE_BYTE = re.compile(rb"[\x01-\x04]")
 
 
 def resync(data: bytes, bad: int, version: int) -> int | None:
@@ -364,6 +395,12 @@ def valid_record_end(data: bytes, offset: int, version: int) -> int | None:
     if type_ in (REMOVE, DELIVERED) or version == 1:
         (queue_len,) = struct.unpack_from(">H", data, start + 9)
         if type_ != ENQUEUE and _SIMPLE.size + queue_len != length:
+            return None
+    elif type_ == REDELIVERED:
+        if length < _COUNTED.size:
+            return None
+        (queue_len,) = struct.unpack_from(">H", data, start + 13)
+        if _COUNTED.size + queue_len != length:
             return None
     elif type_ == ENQUEUE:
         if length < _ENQUEUE.size:

@@ -4,9 +4,11 @@ How this works:
 - `base.Queue` is everything the rest of the broker may call on a queue: channels,
   handlers, routing, dead-lettering and persistence name only it. It holds what every
   type shares (name, flags, arguments, consumers, bindings); each method is abstract.
-- `classic.ClassicQueue` is the only type today: ready messages in order (core/ready.py),
-  length limits, paging to the store (core/paging.py), consumer choice
-  (core/dispatch.py) and the timers of `expiry.py`.
+- `classic.ClassicQueue`: ready messages in order (core/ready.py), length limits, paging
+  to the store (core/paging.py), consumer choice (core/dispatch.py), the timers of
+  `expiry.py` and returned messages counted and held back (`returns.py`).
+- `quorum.QuorumQueue`: RabbitMQ's quorum queue on one node, on the classic machinery:
+  every message stored, deliveries counted, returns placed as RabbitMQ places them.
 - `create` picks the type from the declared x-queue-type (already validated by
   core/queue_args.py). A new type is a module here subclassing `base.Queue`, and
   one entry in TYPES.
@@ -18,8 +20,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from kanin.core.queue_args import check_quorum_flags
 from kanin.core.queues.base import ACCEPTED, REFUSED, STORED, Queue
 from kanin.core.queues.classic import ClassicQueue
+from kanin.core.queues.quorum import QuorumQueue
 
 if TYPE_CHECKING:
     from kanin.core.memory import MemoryMonitor
@@ -27,11 +31,20 @@ if TYPE_CHECKING:
     from kanin.core.scheduling import Scheduler
     from kanin.store.api import MessageStore
 
-__all__ = ["ACCEPTED", "REFUSED", "STORED", "TYPES", "ClassicQueue", "Queue", "create"]
+__all__ = [
+    "ACCEPTED",
+    "REFUSED",
+    "STORED",
+    "TYPES",
+    "ClassicQueue",
+    "Queue",
+    "QuorumQueue",
+    "create",
+]
 
 # x-queue-type -> the class. Types RabbitMQ has and kanin not yet are refused earlier,
 # when the arguments are parsed.
-TYPES: dict[str, Callable[..., Queue]] = {"classic": ClassicQueue}
+TYPES: dict[str, Callable[..., Queue]] = {"classic": ClassicQueue, "quorum": QuorumQueue}
 
 
 def create(
@@ -52,6 +65,14 @@ def create(
     kind = arguments.get("x-queue-type") or "classic"
     if isinstance(kind, bytes):
         kind = kind.decode()
+    if kind == "quorum":
+        check_quorum_flags(
+            name,
+            vhost,
+            durable=durable,
+            exclusive=exclusive_owner is not None,
+            auto_delete=auto_delete,
+        )
     return TYPES[kind](
         name,
         vhost,

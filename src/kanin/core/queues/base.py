@@ -10,9 +10,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from kanin.core.queue_args import QueueArgs
+from kanin.core.queue_args import RETURNED, QueueArgs
 
 if TYPE_CHECKING:
     from kanin.core.consumer import Consumer
@@ -26,6 +26,10 @@ REFUSED, ACCEPTED, STORED = 0, 1, 2
 
 class Queue(ABC):
     """A queue's identity is common to every type; its behaviour is each type's own."""
+
+    type_name: ClassVar[str] = ""  # x-queue-type
+    # basic.consume on a channel with a global prefetch limit (quorum queues refuse it).
+    supports_global_qos: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -84,8 +88,9 @@ class Queue(ABC):
         turn (the head is being read back from the store): gets are answered in order."""
 
     @abstractmethod
-    def requeue(self, entries: list[Entry]) -> None:
-        """Channel (reject, nack, recover, close): delivered messages back, redelivered."""
+    def requeue(self, entries: list[Entry], how: str = RETURNED) -> None:
+        """Channel (reject, nack, recover, close) and basic.get: delivered messages back,
+        redelivered; `how` is queue_args' REJECTED, NACKED, RETURNED or UNSENT."""
 
     @abstractmethod
     def forget(self, entry: Entry) -> None:

@@ -33,15 +33,16 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kanin.core.commit_rounds import RoundBatches
 from kanin.core.message import Entry, Message, entry_cost
 from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES, DeadLetters, Pager
-from kanin.core.queue_args import QueueArgs
+from kanin.core.queue_args import RETURNED, QueueArgs
 from kanin.core.queues.base import ACCEPTED, REFUSED, STORED, Queue
 from kanin.core.queues.consumers import ConsumerChoice
-from kanin.core.queues.expiry import HeadTimer, IdleTimer, ttl_ms
+from kanin.core.queues.expiry import HeadExpiry, IdleTimer, ttl_ms
+from kanin.core.queues.returns import READY, SPENT, Returns
 from kanin.core.ready import FifoReady, PriorityReady, Ready
 from kanin.store.records import queue_key
 
@@ -58,6 +59,8 @@ DISPATCH_BATCH = 512
 
 
 class ClassicQueue(Queue):
+    type_name: ClassVar[str] = "classic"
+
     def __init__(
         self,
         name: str,
@@ -98,6 +101,16 @@ class ClassicQueue(Queue):
         label = repr(self)
         self.pager = Pager(self.store, self.store_key, budget, label, self._count, self._landed)
         self._dead_letters = DeadLetters(self, self.store, self.store_key)
+        self.returns = Returns(
+            self.args.returns,
+            scheduler,
+            self.store,
+            self.store_key,
+            dead_letter=self.dead_letter,
+            ready_again=self._ready_again,
+        )
+        # Quorum queues store every message, persistent or not.
+        self._stores_all = False
         # basic.get answers owed while the head is read back, in the order asked.
         self._getters: deque[Callable[[Entry | None], None]] = deque()
         self._next_seq = 1
@@ -107,7 +120,9 @@ class ClassicQueue(Queue):
         )
         self._dispatch_scheduled = False
         self._had_consumer = False
-        self._ttl = HeadTimer(scheduler, self._on_ttl_due)
+        self._ttl = HeadExpiry(
+            scheduler, lambda: self.ready.peek(), self._pop, self._expired, lambda: self.deleted
+        )
         expires_ms = self.args.expires_ms
         self._idle = (
             None
@@ -118,7 +133,7 @@ class ClassicQueue(Queue):
 
     @property
     def message_count(self) -> int:
-        return len(self.ready)
+        return len(self.ready) + len(self.returns)
 
     @property
     def memory_budget_bytes(self) -> int:
@@ -150,7 +165,7 @@ class ClassicQueue(Queue):
         if ttl is not None:
             entry.expires_at = self._scheduler.time() + ttl / 1000
         result = ACCEPTED
-        if self.store is not None and message.persistent:
+        if self.store is not None and (self._stores_all or message.persistent):
             entry.stored_id = self.store.enqueue(
                 self.store_key,
                 message.exchange,
@@ -179,7 +194,7 @@ class ClassicQueue(Queue):
         if self.args.has_length_limit:
             self._enforce_length()
         if entry.expires_at is not None:
-            self._arm_ttl()
+            self._ttl.arm()
         if self.consumers:
             self.schedule_dispatch()
         return result
@@ -208,6 +223,7 @@ class ClassicQueue(Queue):
         """Recovered messages, back in order and paged out, without writing them again:
         the first delivery reads the head back. Expiry is the one stored, on the wall clock."""
         now, wall_ms = self._scheduler.time(), self._scheduler.wall_clock_ms()
+        counts, spent, ready = self.args.returns.counts, [], 0
         for recovered in messages:
             entry = Entry(None, self._next_seq, recovered.body_size)
             self._next_seq += 1
@@ -215,36 +231,69 @@ class ClassicQueue(Queue):
             entry.redelivered = recovered.redelivered or all_redelivered
             if recovered.expires_at_ms:
                 entry.expires_at = now + (recovered.expires_at_ms - wall_ms) / 1000
+            self._count(entry)
+            outcome = self.returns.restored(entry, recovered.returns) if counts else READY
+            if outcome != READY:
+                if outcome == SPENT:
+                    spent.append(entry)
+                continue
             self.ready.append(entry, recovered.priority)
             self.ready_bytes += recovered.body_size
-            self._count(entry)
-        self.pager.restored(len(messages))
-        self._arm_ttl()
+            ready += 1
+        self.pager.restored(ready)
+        self._ttl.arm()
+        if spent:
+            self.dead_letter(spent, "delivery_limit")
 
     def reject_publish_dead_letter(self, message: Message) -> None:
         """x-overflow reject-publish-dlx: the refused message is dead-lettered (maxlen)."""
         if self.args.overflow == "reject-publish-dlx" and self.on_dead_letter is not None:
             self.on_dead_letter(self, [Entry(message, 0)], "maxlen")
 
-    def requeue(self, entries: list[Entry]) -> None:
-        """Put delivered messages back at their original place, marked redelivered."""
+    def requeue(self, entries: list[Entry], how: str = RETURNED) -> None:
+        """Put delivered messages back, marked redelivered: counted, and dead-lettered or
+        held back first if the queue says so (Returns)."""
         if self.deleted:
             for entry in entries:
                 self.forget(entry)
             return
         for entry in entries:
-            assert entry.message is not None, "only delivered messages come back"
             entry.redelivered = True
-            self.ready.requeue(entry)  # delivered, so in memory: it stays there
+        self._put_back(self.returns.take_back(entries, how))
+
+    def _ready_again(self, entries: list[Entry]) -> None:
+        """Held back after a return, and now due (Returns)."""
+        if self.deleted:
+            for entry in entries:
+                self.forget(entry)
+            return
+        for entry in entries:
+            if entry.message is None:  # its record could not be read (logged): dropped
+                self.forget(entry)
+            else:
+                self._count(entry)  # read back after a restart: it costs what it holds now
+        self._put_back([entry for entry in entries if entry.message is not None])
+
+    def _put_back(self, entries: list[Entry]) -> None:
+        if not entries:
+            return
+        for entry in entries:
+            assert entry.message is not None, "only delivered messages come back"
+            self._return_to_ready(entry)
             self.ready_bytes += entry.size
             self.pager.returned(entry)
         if self.args.has_length_limit and not self.args.rejects_publish:
             self._enforce_length()  # RabbitMQ drops from the head, requeued ones included
-        self._arm_ttl()
+        self._ttl.arm()
         if self.consumers:
             self.schedule_dispatch()
 
     # -- length limits ------------------------------------------------------------------
+
+    def _return_to_ready(self, entry: Entry) -> None:
+        """Where a returned message goes: back to its original place, as RabbitMQ's classic
+        queues do (quorum.py puts it elsewhere)."""
+        self.ready.requeue(entry)  # delivered, so in memory: it stays there
 
     def _enforce_length(self) -> None:
         """x-overflow drop-head: drop (dead-letter, reason maxlen) from the head until the
@@ -278,7 +327,7 @@ class ClassicQueue(Queue):
         those the store lost are gone. A paged-out head is read back (Pager.read_head);
         when that lands, `_landed` goes on."""
         while True:
-            self._expire_head()
+            self._ttl.expire_head()
             head = self.ready.peek()
             if head is None:
                 return False
@@ -331,9 +380,13 @@ class ClassicQueue(Queue):
             entry.stored_id = 0
 
     def note_delivered(self, entry: Entry) -> None:
-        """A persisted message went out with an ack pending: after a crash it is redelivered."""
-        if entry.stored_id and self.store is not None and not entry.redelivered:
-            self.store.delivered(self.store_key, entry.stored_id)
+        """A persisted message went out with an ack pending: after a crash it is redelivered
+        (and, in a queue that counts, counted as returned once more)."""
+        if entry.stored_id and self.store is not None and (entry.returns or not entry.redelivered):
+            self.store.delivered(self.store_key, entry.stored_id, entry.returns)
+
+    def _expired(self, entries: list[Entry]) -> None:
+        self.dead_letter(entries, "expired")
 
     def dead_letter(self, entries: list[Entry], reason: str) -> None:
         """Messages leave for good, to the dead-letter exchange if the queue has one, in the
@@ -342,6 +395,8 @@ class ClassicQueue(Queue):
 
     def purge(self) -> int:
         count = self.message_count
+        for entry in self.returns.take_all():
+            self.forget(entry)
         if self.store is not None:
             for entry in self.ready:
                 if entry.stored_id:
@@ -351,32 +406,6 @@ class ClassicQueue(Queue):
         self.ready_bytes = 0
         self.pager.cleared()
         return count
-
-    # -- message TTL --------------------------------------------------------------------
-
-    def _arm_ttl(self) -> None:
-        head = self.ready.peek()
-        if head is not None:
-            self._ttl.arm(head.expires_at)
-
-    def _on_ttl_due(self) -> None:
-        if not self.deleted:
-            self._expire_head()
-            self._arm_ttl()
-
-    def _expire_head(self) -> None:
-        head = self.ready.peek()
-        if head is None or head.expires_at is None:
-            return
-        now = self._scheduler.time()
-        expired = []
-        while head is not None and head.expires_at is not None and head.expires_at <= now:
-            popped = self._pop()
-            assert popped is head
-            expired.append(head)
-            head = self.ready.peek()
-        if expired:
-            self.dead_letter(expired, "expired")
 
     # -- x-expires ----------------------------------------------------------------------
 
@@ -396,6 +425,7 @@ class ClassicQueue(Queue):
         """The vhost is deleting the queue: timers stop, dispatch and dead-lettering end."""
         self.deleted = True
         self._ttl.cancel()
+        self.returns.cancel()
         if self._idle is not None:
             self._idle.cancel()
 

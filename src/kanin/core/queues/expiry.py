@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from kanin.core.message import Entry
     from kanin.core.scheduling import Cancellable, Scheduler
 
 
@@ -50,6 +51,52 @@ class HeadTimer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+
+class HeadExpiry:
+    """Message TTL at a queue's head, as in RabbitMQ: one HeadTimer for the head's deadline
+    drops the expired messages at the head (the queue dead-letters them) and re-arms for
+    the next head. A message that expired behind a longer-lived one is caught when it
+    reaches the head (the queue calls `expire_head` before it hands one out)."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        peek: Callable[[], Entry | None],
+        pop: Callable[[], Entry | None],
+        expired: Callable[[list[Entry]], None],
+        deleted: Callable[[], bool],
+    ) -> None:
+        self._scheduler = scheduler
+        self._peek, self._pop, self._expired, self._deleted = peek, pop, expired, deleted
+        self._timer = HeadTimer(scheduler, self._on_due)
+
+    def arm(self) -> None:
+        head = self._peek()
+        if head is not None:
+            self._timer.arm(head.expires_at)
+
+    def _on_due(self) -> None:
+        if not self._deleted():
+            self.expire_head()
+            self.arm()
+
+    def expire_head(self) -> None:
+        head = self._peek()
+        if head is None or head.expires_at is None:
+            return
+        now = self._scheduler.time()
+        expired = []
+        while head is not None and head.expires_at is not None and head.expires_at <= now:
+            popped = self._pop()
+            assert popped is head
+            expired.append(head)
+            head = self._peek()
+        if expired:
+            self._expired(expired)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
 
 
 class IdleTimer:
