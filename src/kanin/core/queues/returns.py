@@ -144,7 +144,7 @@ class Returns:
     # -- the timer ------------------------------------------------------------------------
 
     def _now_ms(self) -> int:
-        return int(self._scheduler.time() * 1000)
+        return round(self._scheduler.time() * 1000)
 
     def _arm(self, now_ms: int) -> None:
         """One timer, for the earliest message held back."""
