@@ -101,6 +101,11 @@ class BrokerConfig:
     # Write store and connection counters here once a second (for benchmarks), if set.
     stats_file: Path | None = None
 
+    # A delivery not acknowledged within this closes its channel with 406 and goes back to
+    # its queue (RabbitMQ's consumer_timeout, 30 minutes by default); None: never. A
+    # queue's x-consumer-timeout argument overrides it.
+    consumer_timeout_ms: int | None = 30 * 60 * 1000
+
     # Bounds on what one peer may make us hold.
     max_message_size_bytes: int = 128 * 1024 * 1024
 
@@ -111,6 +116,8 @@ class BrokerConfig:
             raise ValueError(f"frame_max must be 0 or >= 4096, got {self.frame_max}")
         if not 0 <= self.channel_max <= 65535:
             raise ValueError(f"channel_max must be 0..65535, got {self.channel_max}")
+        if self.consumer_timeout_ms is not None and self.consumer_timeout_ms <= 0:
+            raise ValueError(f"consumer_timeout_ms must be > 0, got {self.consumer_timeout_ms}")
         if self.heartbeat_s < 0:
             raise ValueError(f"heartbeat_s must be >= 0, got {self.heartbeat_s}")
         if not 0 < self.segment_bytes <= 1 << 31:

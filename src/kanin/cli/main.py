@@ -56,6 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
         "or the process's resident memory (default 40%% of RAM, as RabbitMQ's 0.4)",
     )
     server.add_argument(
+        "--consumer-timeout-ms",
+        type=int,
+        default=30 * 60 * 1000,
+        help="a delivery not acknowledged within this many ms closes its channel and goes "
+        "back to its queue, as RabbitMQ's consumer_timeout; 0 turns it off (default 30 "
+        "minutes; a queue's x-consumer-timeout argument overrides it)",
+    )
+    server.add_argument(
         "--stats-file",
         type=Path,
         default=None,
@@ -119,6 +127,8 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
     watermark = args.memory_high_watermark_mb
     if watermark is not None and not (math.isfinite(watermark) and watermark > 0):
         raise StartupError(f"--memory-high-watermark-mb must be a number > 0, got {watermark}")
+    if args.consumer_timeout_ms < 0:
+        raise StartupError(f"--consumer-timeout-ms must be >= 0, got {args.consumer_timeout_ms}")
     if args.bind is not None:
         _check_bind(args.bind)
     if args.stats_file is not None:
@@ -133,6 +143,7 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
         segment_bytes=int(args.segment_mb * 1024 * 1024),
         force_recovery=args.force_recovery,
         memory_high_watermark_bytes=_watermark_bytes(args.memory_high_watermark_mb),
+        consumer_timeout_ms=args.consumer_timeout_ms or None,
     )
 
 

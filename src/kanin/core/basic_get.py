@@ -56,7 +56,9 @@ class GetAnswer:
         if self._no_ack:
             queue.forget(entry)
         else:
-            channel.unacked.add(Unacked(tag, queue, entry, None))
+            timeout = channel.ack_timeout_ms(queue)
+            deadline = channel.deadlines.deadline(timeout) if timeout else 0.0
+            channel.unacked.add(Unacked(tag, queue, entry, None, deadline))
             queue.note_delivered(entry)
         message = entry.message
         assert message is not None, "a queue hands out messages read back"

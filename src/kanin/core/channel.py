@@ -34,6 +34,7 @@ from kanin.amqp.methods import (
     encode_deliver_head,
     encode_method,
 )
+from kanin.core.ack_timeout import AckDeadlines, timed_out
 from kanin.core.channel_methods import HANDLERS
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.consumer import Consumer
@@ -71,6 +72,9 @@ class Channel:
         self.tx: list[tuple[str, Any]] | None = None  # buffered publishes/acks in tx mode
         self.last_queue_name = ""
         self.reply: ReplyConsumer | None = None  # set and cleared by reply_to.ReplyRegistry
+        self.deadlines = AckDeadlines(
+            self.vhost.scheduler, self.unacked.outstanding, self._ack_timed_out
+        )
 
     # -- frames in ----------------------------------------------------------------
 
@@ -165,7 +169,9 @@ class Channel:
     def deliver(self, consumer: Consumer, entry: Entry) -> None:
         tag = self.unacked.next_tag()
         if not consumer.no_ack:
-            self.unacked.add(Unacked(tag, consumer.queue, entry, consumer))
+            timeout = consumer.ack_timeout_ms
+            deadline = self.deadlines.deadline(timeout) if timeout else 0.0
+            self.unacked.add(Unacked(tag, consumer.queue, entry, consumer, deadline))
             consumer.unacked += 1
             self.global_unacked += 1
             if entry.stored_id:
@@ -195,6 +201,15 @@ class Channel:
         self.port.send_parts(parts)
 
     # -- acknowledgements ---------------------------------------------------------
+
+    def ack_timeout_ms(self, queue: Queue) -> int | None:
+        """How long a delivery from `queue` may wait for its ack (core/ack_timeout.py)."""
+        return queue.args.consumer_timeout_ms or self.services.consumer_timeout_ms
+
+    def _ack_timed_out(self, record: Unacked) -> None:
+        timeout = self.ack_timeout_ms(record.queue)
+        assert timeout, "only deliveries with a timeout have a deadline"
+        self.fail(timed_out(self.id, timeout))
 
     def apply_settled(
         self, records: list[Unacked], requeue: bool | None, how: str = RETURNED
@@ -310,6 +325,7 @@ class Channel:
     def shutdown(self) -> None:
         """The channel is gone (closed, errored, connection lost): give everything back."""
         self.closing = True
+        self.deadlines.cancel()
         self.assembler.abandon()
         for consumer in list(self.consumers.values()):
             consumer.queue.remove_consumer(consumer)

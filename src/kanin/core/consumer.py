@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 
 class Consumer:
     __slots__ = (
+        "ack_timeout_ms",
         "arguments",
         "channel",
         "exclusive",
@@ -45,6 +46,8 @@ class Consumer:
         priority = arguments.get("x-priority", 0)
         self.priority = priority if isinstance(priority, int) else 0
         self.unacked = 0
+        # What its channel allows a delivery to wait for its ack (core/ack_timeout.py).
+        self.ack_timeout_ms = channel.ack_timeout_ms(queue)
         # Off its queue's turns (core/dispatch.py) since it was found without capacity; the
         # channel gives them back when it has some again (Channel.wake, Channel._release).
         self.parked = False

@@ -63,3 +63,6 @@ class ChannelServices:
     store: MessageStore | None  # None when messages are not kept on disk
     replies: ReplyRegistry  # direct reply-to consumers, shared across connections
     max_message_bytes: int  # the largest body a publish may carry
+    # A delivery not acked within this closes its channel (None: no limit) unless its
+    # queue says otherwise (x-consumer-timeout); see core/ack_timeout.py.
+    consumer_timeout_ms: int | None = None

@@ -115,6 +115,8 @@ class QueueArgs:
     # x-queue-mode=lazy: persistent messages go to disk at once (a memory budget of 0).
     lazy: bool = False
     returns: ReturnArgs = ReturnArgs()
+    # x-consumer-timeout: a delivery not acked within this closes its channel (ms).
+    consumer_timeout_ms: int | None = None
 
     @property
     def rejects_publish(self) -> bool:
@@ -154,6 +156,7 @@ KNOWN_ARGUMENTS: tuple[str, ...] = (
     "x-single-active-consumer",
     "x-queue-type",
     "x-delivery-limit",
+    "x-consumer-timeout",
     "x-delayed-retry-type",
     "x-delayed-retry-min",
     "x-delayed-retry-max",
@@ -295,6 +298,7 @@ def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> Queue
         single_active_consumer=sac,
         lazy=mode == "lazy",
         returns=returns,
+        consumer_timeout_ms=check.integer("x-consumer-timeout", positive=True),
     )
 
 

@@ -13,6 +13,7 @@ Tags are handed out in increasing order and dicts keep insertion order, so
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from kanin.amqp import constants as C
@@ -27,13 +28,21 @@ if TYPE_CHECKING:
 class Unacked:
     """One delivery awaiting its ack."""
 
-    __slots__ = ("consumer", "entry", "queue", "tag")
+    __slots__ = ("consumer", "deadline", "entry", "queue", "tag")
 
-    def __init__(self, tag: int, queue: Queue, entry: Entry, consumer: Consumer | None) -> None:
+    def __init__(
+        self,
+        tag: int,
+        queue: Queue,
+        entry: Entry,
+        consumer: Consumer | None,
+        deadline: float = 0.0,
+    ) -> None:
         self.tag = tag
         self.queue = queue
         self.entry = entry
         self.consumer = consumer  # None for basic.get
+        self.deadline = deadline  # scheduler time it must be settled by; 0: no timeout
 
 
 class UnackedLedger:
@@ -72,6 +81,10 @@ class UnackedLedger:
                 break
             settled.append(outstanding.pop(key))
         return settled
+
+    def outstanding(self) -> Iterable[Unacked]:
+        """What awaits its ack, in delivery order (the consumer timeout looks here)."""
+        return self._outstanding.values()
 
     def take_all(self) -> list[Unacked]:
         """Everything outstanding, in delivery order (channel closing, basic.recover)."""

@@ -155,4 +155,5 @@ class Opening:
             store=broker.store,
             replies=broker.replies,
             max_message_bytes=broker.config.max_message_size_bytes,
+            consumer_timeout_ms=broker.config.consumer_timeout_ms,
         )
