@@ -16,6 +16,7 @@ once per timeout period at most, so its cost is spread over the deliveries it co
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -50,24 +51,30 @@ class AckDeadlines:
         self._unacked = unacked  # the channel's outstanding deliveries
         self._expired = expired  # the channel closes itself for this one
         self._timer: Cancellable | None = None
-        self._due = 0.0
+        # When the timer fires (infinity when it is not armed). Deliveries come in time
+        # order, so once it is armed a new deadline is later: the caller compares with
+        # this and calls `watch` only when it is earlier, which is rarely.
+        self.due = math.inf
+        self.time = scheduler.time  # the clock deadlines are read on
 
     def deadline(self, timeout_ms: int) -> float:
         """The deadline of a delivery made now (scheduler time); the timer covers it."""
-        deadline = self._scheduler.time() + timeout_ms / 1000
-        if self._timer is None or deadline < self._due:
-            self._arm(deadline)
+        deadline = self.time() + timeout_ms / 1000
+        if deadline < self.due:
+            self.watch(deadline)
         return deadline
 
-    def _arm(self, due: float) -> None:
+    def watch(self, due: float) -> None:
+        """Arm the timer for this earlier deadline."""
         self.cancel()
-        self._due = due
+        self.due = due
         self._timer = self._scheduler.call_later(
             max(0.0, due - self._scheduler.time()), self._check
         )
 
     def _check(self) -> None:
         self._timer = None
+        self.due = math.inf
         now = self._scheduler.time()
         earliest = None
         for record in self._unacked():
@@ -79,9 +86,10 @@ class AckDeadlines:
             if earliest is None or record.deadline < earliest:
                 earliest = record.deadline
         if earliest is not None:
-            self._arm(earliest)
+            self.watch(earliest)
 
     def cancel(self) -> None:
+        self.due = math.inf
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

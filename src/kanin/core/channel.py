@@ -169,8 +169,13 @@ class Channel:
     def deliver(self, consumer: Consumer, entry: Entry) -> None:
         tag = self.unacked.next_tag()
         if not consumer.no_ack:
-            timeout = consumer.ack_timeout_ms
-            deadline = self.deadlines.deadline(timeout) if timeout else 0.0
+            deadline = 0.0
+            timeout_s = consumer.ack_timeout_s
+            if timeout_s:  # inline: this runs per delivery (core/ack_timeout.py)
+                deadlines = self.deadlines
+                deadline = deadlines.time() + timeout_s
+                if deadline < deadlines.due:
+                    deadlines.watch(deadline)
             self.unacked.add(Unacked(tag, consumer.queue, entry, consumer, deadline))
             consumer.unacked += 1
             self.global_unacked += 1

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 class Consumer:
     __slots__ = (
-        "ack_timeout_ms",
+        "ack_timeout_s",
         "arguments",
         "channel",
         "exclusive",
@@ -47,7 +47,8 @@ class Consumer:
         self.priority = priority if isinstance(priority, int) else 0
         self.unacked = 0
         # What its channel allows a delivery to wait for its ack (core/ack_timeout.py).
-        self.ack_timeout_ms = channel.ack_timeout_ms(queue)
+        timeout_ms = channel.ack_timeout_ms(queue)
+        self.ack_timeout_s = timeout_ms / 1000 if timeout_ms else 0.0
         # Off its queue's turns (core/dispatch.py) since it was found without capacity; the
         # channel gives them back when it has some again (Channel.wake, Channel._release).
         self.parked = False

@@ -131,9 +131,10 @@ def encode_simple(type_: int, id_: int, queue: str) -> bytes:
 def encode_delivery(id_: int, queue: str, returns: int) -> bytes:
     """The mark of a delivery with an ack pending: DELIVERED for a first delivery,
     REDELIVERED with the count of returns before it otherwise."""
-    if not returns:
-        return encode_simple(DELIVERED, id_, queue)
     encoded = queue.encode()
+    if not returns:
+        payload = _SIMPLE.pack(DELIVERED, id_, len(encoded)) + encoded
+        return PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
     payload = _COUNTED.pack(REDELIVERED, id_, min(returns, 0xFFFFFFFF), len(encoded)) + encoded
     return PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
 

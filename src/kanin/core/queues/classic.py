@@ -288,12 +288,12 @@ class ClassicQueue(Queue):
         if self.consumers:
             self.schedule_dispatch()
 
-    # -- length limits ------------------------------------------------------------------
-
     def _return_to_ready(self, entry: Entry) -> None:
         """Where a returned message goes: back to its original place, as RabbitMQ's classic
         queues do (quorum.py puts it elsewhere)."""
         self.ready.requeue(entry)  # delivered, so in memory: it stays there
+
+    # -- length limits ------------------------------------------------------------------
 
     def _enforce_length(self) -> None:
         """x-overflow drop-head: drop (dead-letter, reason maxlen) from the head until the
@@ -327,10 +327,13 @@ class ClassicQueue(Queue):
         those the store lost are gone. A paged-out head is read back (Pager.read_head);
         when that lands, `_landed` goes on."""
         while True:
-            self._ttl.expire_head()
             head = self.ready.peek()
             if head is None:
                 return False
+            expires_at = head.expires_at
+            if expires_at is not None and expires_at <= self._scheduler.time():
+                self._ttl.expire_head()
+                continue
             if head.message is not None:
                 return True
             if head.stored_id:
