@@ -7,16 +7,20 @@ returns, so a queue's backoff holds them back). The timeout is the queue's
 `x-consumer-timeout` if it has one, else the broker's (`BrokerConfig.consumer_timeout_ms`,
 RabbitMQ's default of 30 minutes); none at all when neither is set.
 
-One timer per channel, armed for the earliest deadline it was told of. When it fires it
-looks at the channel's unacked deliveries: one past its deadline closes the channel, else
-the timer is armed for the earliest deadline still pending. RabbitMQ checks once a minute;
-this checks at the deadline. The look is one pass over what is unacked, and it happens
-once per timeout period at most, so its cost is spread over the deliveries it covers.
+How, without reading the clock per delivery (this runs on every delivery of every
+channel). Delivery tags grow with time, so a clock sample is a bound: a delivery whose tag
+is below the channel's next tag at time `t` was made before `t`. While the channel has
+deliveries pending, a timer samples (time, next tag) every `period`, a twentieth of the
+shortest timeout in use (at least 10 ms); a delivery is overdue once a sample that bounds
+it is older than its timeout. So a channel closes between its timeout and its timeout plus
+one period after the delivery (RabbitMQ: plus up to a minute). Samples no pending delivery
+needs are dropped; with one timeout for all, a tick looks at the oldest delivery only.
+A channel with nothing pending has no timer: its next delivery starts it (`idle`).
 """
 
 from __future__ import annotations
 
-import math
+from collections import deque
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -26,6 +30,9 @@ from kanin.amqp.errors import ChannelError
 if TYPE_CHECKING:
     from kanin.core.scheduling import Cancellable, Scheduler
     from kanin.core.unacked import Unacked
+
+MIN_PERIOD_S = 0.01
+PERIODS_PER_TIMEOUT = 20
 
 
 def timed_out(channel_id: int, timeout_ms: int) -> ChannelError:
@@ -39,57 +46,82 @@ def timed_out(channel_id: int, timeout_ms: int) -> ChannelError:
 
 
 class AckDeadlines:
-    """One channel's timer over the deadlines of its unacked deliveries."""
+    """One channel's watch over its pending deliveries (see the module docstring)."""
 
     def __init__(
         self,
         scheduler: Scheduler,
-        unacked: Callable[[], Iterable[Unacked]],
+        pending: Callable[[], Iterable[Unacked]],
+        next_tag: Callable[[], int],
+        timeout_s: Callable[[Unacked], float],
         expired: Callable[[Unacked], None],
     ) -> None:
         self._scheduler = scheduler
-        self._unacked = unacked  # the channel's outstanding deliveries
+        self._pending = pending  # the channel's unacked deliveries, oldest first
+        self._next_tag = next_tag
+        self._timeout_s = timeout_s  # a delivery's timeout, 0 for none
         self._expired = expired  # the channel closes itself for this one
+        self._samples: deque[tuple[float, int]] = deque()  # (time, next tag then)
         self._timer: Cancellable | None = None
-        # When the timer fires (infinity when it is not armed). Deliveries come in time
-        # order, so once it is armed a new deadline is later: the caller compares with
-        # this and calls `watch` only when it is earlier, which is rarely.
-        self.due = math.inf
-        self.time = scheduler.time  # the clock deadlines are read on
+        self._shortest_s = 0.0  # the shortest timeout in use on the channel
+        self._uniform = True  # one timeout for every delivery so far
+        # True while no timer runs: the channel calls `wake` on its next delivery.
+        self.idle = True
 
-    def deadline(self, timeout_ms: int) -> float:
-        """The deadline of a delivery made now (scheduler time); the timer covers it."""
-        deadline = self.time() + timeout_ms / 1000
-        if deadline < self.due:
-            self.watch(deadline)
-        return deadline
+    def use(self, timeout_s: float) -> None:
+        """A consumer (or a basic.get) whose deliveries time out after `timeout_s`."""
+        if not timeout_s:
+            return
+        if self._shortest_s and timeout_s != self._shortest_s:
+            self._uniform = False
+        if not self._shortest_s or timeout_s < self._shortest_s:
+            self._shortest_s = timeout_s
+            if self._timer is not None:  # sample at the shorter period from now on
+                self._timer.cancel()
+                self._arm()
 
-    def watch(self, due: float) -> None:
-        """Arm the timer for this earlier deadline."""
-        self.cancel()
-        self.due = due
-        self._timer = self._scheduler.call_later(
-            max(0.0, due - self._scheduler.time()), self._check
-        )
+    def wake(self) -> None:
+        """A delivery was made while no timer ran: sample from now on."""
+        if not self._shortest_s:
+            return
+        self.idle = False
+        self._samples.append((self._scheduler.time(), self._next_tag()))
+        self._arm()
 
-    def _check(self) -> None:
+    def _arm(self) -> None:
+        period = max(self._shortest_s / PERIODS_PER_TIMEOUT, MIN_PERIOD_S)
+        self._timer = self._scheduler.call_later(period, self._tick)
+
+    def _tick(self) -> None:
         self._timer = None
-        self.due = math.inf
         now = self._scheduler.time()
-        earliest = None
-        for record in self._unacked():
-            if not record.deadline:
-                continue
-            if record.deadline <= now:
+        samples = self._samples
+        samples.append((now, self._next_tag()))
+        oldest = next(iter(self._pending()), None)
+        if oldest is None:
+            samples.clear()
+            self.idle = True
+            return
+        while len(samples) > 1 and samples[1][1] <= oldest.tag:
+            samples.popleft()  # bounds only deliveries already settled
+        for record in self._pending() if not self._uniform else (oldest,):
+            if self._overdue(record, now):
                 self._expired(record)
                 return
-            if earliest is None or record.deadline < earliest:
-                earliest = record.deadline
-        if earliest is not None:
-            self.watch(earliest)
+        self._arm()
+
+    def _overdue(self, record: Unacked, now: float) -> bool:
+        timeout = self._timeout_s(record)
+        if not timeout:
+            return False
+        for sampled_at, next_tag in self._samples:  # the earliest bound is the tightest
+            if record.tag < next_tag:
+                return now - sampled_at >= timeout
+        return False
 
     def cancel(self) -> None:
-        self.due = math.inf
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._samples.clear()
+        self.idle = True

@@ -56,9 +56,12 @@ class GetAnswer:
         if self._no_ack:
             queue.forget(entry)
         else:
-            timeout = channel.ack_timeout_ms(queue)
-            deadline = channel.deadlines.deadline(timeout) if timeout else 0.0
-            channel.unacked.add(Unacked(tag, queue, entry, None, deadline))
+            channel.unacked.add(Unacked(tag, queue, entry, None))
+            timeout_ms = channel.ack_timeout_ms(queue)
+            if timeout_ms:
+                channel.deadlines.use(timeout_ms / 1000)
+                if channel.deadlines.idle:
+                    channel.deadlines.wake()
             queue.note_delivered(entry)
         message = entry.message
         assert message is not None, "a queue hands out messages read back"

@@ -73,7 +73,11 @@ class Channel:
         self.last_queue_name = ""
         self.reply: ReplyConsumer | None = None  # set and cleared by reply_to.ReplyRegistry
         self.deadlines = AckDeadlines(
-            self.vhost.scheduler, self.unacked.outstanding, self._ack_timed_out
+            self.vhost.scheduler,
+            self.unacked.outstanding,
+            self.unacked.peek_tag,
+            self._timeout_s,
+            self._ack_timed_out,
         )
 
     # -- frames in ----------------------------------------------------------------
@@ -169,14 +173,9 @@ class Channel:
     def deliver(self, consumer: Consumer, entry: Entry) -> None:
         tag = self.unacked.next_tag()
         if not consumer.no_ack:
-            deadline = 0.0
-            timeout_s = consumer.ack_timeout_s
-            if timeout_s:  # inline: this runs per delivery (core/ack_timeout.py)
-                deadlines = self.deadlines
-                deadline = deadlines.time() + timeout_s
-                if deadline < deadlines.due:
-                    deadlines.watch(deadline)
-            self.unacked.add(Unacked(tag, consumer.queue, entry, consumer, deadline))
+            self.unacked.add(Unacked(tag, consumer.queue, entry, consumer))
+            if self.deadlines.idle:
+                self.deadlines.wake()
             consumer.unacked += 1
             self.global_unacked += 1
             if entry.stored_id:
@@ -211,10 +210,14 @@ class Channel:
         """How long a delivery from `queue` may wait for its ack (core/ack_timeout.py)."""
         return queue.args.consumer_timeout_ms or self.services.consumer_timeout_ms
 
+    def _timeout_s(self, record: Unacked) -> float:
+        if record.consumer is not None:
+            return record.consumer.ack_timeout_s
+        timeout_ms = self.ack_timeout_ms(record.queue)
+        return timeout_ms / 1000 if timeout_ms else 0.0
+
     def _ack_timed_out(self, record: Unacked) -> None:
-        timeout = self.ack_timeout_ms(record.queue)
-        assert timeout, "only deliveries with a timeout have a deadline"
-        self.fail(timed_out(self.id, timeout))
+        self.fail(timed_out(self.id, round(self._timeout_s(record) * 1000)))
 
     def apply_settled(
         self, records: list[Unacked], requeue: bool | None, how: str = RETURNED
@@ -307,6 +310,8 @@ class Channel:
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers[consumer.tag] = consumer
+        if not consumer.no_ack:
+            self.deadlines.use(consumer.ack_timeout_s)
         consumer.queue.add_consumer(consumer)
 
     def cancel_consumer(self, tag: str) -> None:

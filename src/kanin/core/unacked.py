@@ -28,21 +28,13 @@ if TYPE_CHECKING:
 class Unacked:
     """One delivery awaiting its ack."""
 
-    __slots__ = ("consumer", "deadline", "entry", "queue", "tag")
+    __slots__ = ("consumer", "entry", "queue", "tag")
 
-    def __init__(
-        self,
-        tag: int,
-        queue: Queue,
-        entry: Entry,
-        consumer: Consumer | None,
-        deadline: float = 0.0,
-    ) -> None:
+    def __init__(self, tag: int, queue: Queue, entry: Entry, consumer: Consumer | None) -> None:
         self.tag = tag
         self.queue = queue
         self.entry = entry
         self.consumer = consumer  # None for basic.get
-        self.deadline = deadline  # scheduler time it must be settled by; 0: no timeout
 
 
 class UnackedLedger:
