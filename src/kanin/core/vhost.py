@@ -15,6 +15,7 @@ from kanin.amqp import constants as C
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
 from kanin.core import queues
 from kanin.core.dead_letter import dead_letter
+from kanin.core.equivalence import check_equivalent_args, check_equivalent_flags
 from kanin.core.exchanges import (
     EXCHANGE_TYPES,
     Binding,
@@ -24,7 +25,7 @@ from kanin.core.exchanges import (
     HeadersExchange,
 )
 from kanin.core.exchanges.headers import check_x_match
-from kanin.core.field_values import same_field_value, wire_type_name
+from kanin.core.field_values import wire_type_name
 from kanin.core.memory import MemoryMonitor
 from kanin.core.message import Entry
 from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES
@@ -43,10 +44,6 @@ PREDECLARED = (
     ("amq.headers", "headers"),
     ("amq.match", "headers"),
 )
-
-
-def _bool(value: bool) -> str:
-    return "true" if value else "false"
 
 
 class VirtualHost:
@@ -186,28 +183,13 @@ class VirtualHost:
                 f"inequivalent arg 'type' {what}: received '{type_}' but current is "
                 f"'{existing.type_name}'",
             )
-        _check_equivalent_flags(
+        check_equivalent_flags(
             what,
             ("durable", durable, existing.durable),
             ("auto_delete", auto_delete, existing.auto_delete),
             ("internal", internal, existing.internal),
         )
-        self._check_equivalent_args(existing.arguments, arguments, what, ("alternate-exchange",))
-
-    def _check_equivalent_args(
-        self, old: dict[str, Any], new: dict[str, Any], what: str, keys: tuple[str, ...]
-    ) -> None:
-        for key in keys:
-            current, received = old.get(key), new.get(key)
-            if same_field_value(current, received):
-                continue
-            if key in old and key in new:
-                texts = f"'{_shown(received)}' but current is '{_shown(current)}'"
-            else:
-                texts = f"{_describe(received)} but current is {_describe(current)}"
-            raise ChannelError(
-                C.PRECONDITION_FAILED, f"inequivalent arg '{key}' {what}: received {texts}"
-            )
+        check_equivalent_args(existing.arguments, arguments, what, ("alternate-exchange",))
 
     def delete_exchange(
         self, name: str, if_unused: bool, authorize: Authorize | None = None
@@ -315,7 +297,7 @@ class VirtualHost:
             # RabbitMQ reports a lock, not an inequivalence, for a changed exclusive flag.
             raise self._locked(existing.name)
         what = f"for queue '{existing.name}' {self._where()}"
-        _check_equivalent_flags(
+        check_equivalent_flags(
             what,
             ("durable", durable, existing.durable),
             ("auto_delete", auto_delete, existing.auto_delete),
@@ -323,7 +305,7 @@ class VirtualHost:
         keys = KNOWN_ARGUMENTS
         if same_queue_type(existing.arguments, arguments):
             keys = tuple(key for key in keys if key != QUEUE_TYPE)
-        self._check_equivalent_args(existing.arguments, arguments, what, keys)
+        check_equivalent_args(existing.arguments, arguments, what, keys)
         existing.touch()
 
     def _dead_letter(self, queue: Queue, entries: list[Entry], reason: str) -> None:
@@ -471,28 +453,3 @@ class VirtualHost:
                 if alternate is not None and alternate in self.exchanges:
                     pending.append(self.exchanges[alternate])
         return list(queues.values())
-
-
-def _check_equivalent_flags(what: str, *flags: tuple[str, bool, bool]) -> None:
-    """406 for the first (name, requested, current) flag that differs, in RabbitMQ's words."""
-    for field, new, old in flags:
-        if new != old:
-            raise ChannelError(
-                C.PRECONDITION_FAILED,
-                f"inequivalent arg '{field}' {what}: received '{_bool(new)}' but current is "
-                f"'{_bool(old)}'",
-            )
-
-
-def _shown(value: Any) -> str:
-    if isinstance(value, bool):
-        return _bool(value)
-    if isinstance(value, bytes | bytearray):
-        return value.decode("utf-8", "replace")
-    return str(value)
-
-
-def _describe(value: Any) -> str:
-    if value is None:
-        return "none"
-    return f"the value '{_shown(value)}' of type '{wire_type_name(value)}'"
