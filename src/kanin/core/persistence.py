@@ -31,6 +31,7 @@ from kanin.core.queue_args import IMPLEMENTED_TYPES, QUEUE_TYPE, QUEUE_TYPES
 from kanin.core.queues import Queue
 from kanin.errors import StartupError
 from kanin.store import definitions
+from kanin.store.records import EXCHANGE_KEY_PREFIX, parse_exchange_key
 
 if TYPE_CHECKING:
     from kanin.core.broker import Broker
@@ -218,6 +219,9 @@ class Persistence:
         total = 0
         unknown: list[dict[str, Any]] = []
         for key, messages in recovered.items():
+            if key.startswith(EXCHANGE_KEY_PREFIX):
+                self._restore_exchange_records(key, messages)
+                continue
             vhost_name, _, queue_name = key.partition("\x00")
             vhost = self.broker.vhosts.get(vhost_name)
             queue = vhost.queues.get(queue_name) if vhost is not None else None
@@ -229,6 +233,21 @@ class Persistence:
         if total:
             log.info("recovered %d persistent messages in %d queues", total, len(recovered))
         self._keep_aside(unknown)
+
+    def _restore_exchange_records(self, key: str, records: list[Recovered]) -> None:
+        """An exchange's own records (a deduplicating exchange's ids) go back to it; those of
+        an exchange that is gone are removed (deleting it removes them; a crash may not
+        have let it finish)."""
+        parsed = parse_exchange_key(key)
+        assert parsed is not None
+        _, vhost_name, name = parsed
+        vhost = self.broker.vhosts.get(vhost_name)
+        exchange = vhost.exchanges.get(name) if vhost is not None else None
+        if exchange is not None and exchange.durable:
+            exchange.restore(key, records)
+            return
+        for record in records:
+            self.store.remove(key, record.id)
 
     def _keep_aside(self, unknown: list[dict[str, Any]]) -> None:
         """Messages of queues the definitions do not name stay in the store untouched (the

@@ -22,6 +22,8 @@ from kanin.amqp.frames import decode_properties
 from kanin.amqp.methods import build
 from kanin.amqp.tables import encode_header
 from kanin.core import reply_to
+from kanin.core.exchanges import ABSORBED
+from kanin.core.exchanges import STORED as EXCHANGE_STORED
 from kanin.core.message import Message
 from kanin.core.permissions import check_permission
 from kanin.core.queue_args import MAX_TTL_MS
@@ -85,6 +87,14 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
         routed = channel.services.replies.deliver(message)
     else:
         exchange = vhost.exchanges.get(message.exchange)
+        if exchange is not None and exchange.intercepts:
+            verdict = exchange.intercept(message)
+            stored = bool(verdict & EXCHANGE_STORED)
+            if verdict & ABSORBED:
+                # A duplicate (or a message held for later): confirmed, never returned.
+                message.shed_properties()
+                _settle_confirm(channel, seq, refused=False, stored=stored)
+                return
         queues = (
             vhost.route_keys(exchange, message.routing_keys, message.headers) if exchange else []
         )
@@ -100,6 +110,10 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
     if not routed and mandatory:
         _return_unroutable(channel, message, seq)
         return
+    _settle_confirm(channel, seq, refused, stored)
+
+
+def _settle_confirm(channel: Channel, seq: int, refused: bool, stored: bool) -> None:
     if channel.confirms is not None:
         if refused:
             channel.confirms.reject(seq)

@@ -117,6 +117,8 @@ class QueueArgs:
     returns: ReturnArgs = ReturnArgs()
     # x-consumer-timeout: a delivery not acked within this closes its channel (ms).
     consumer_timeout_ms: int | None = None
+    # x-message-deduplication: no two messages with one x-deduplication-header value.
+    deduplicates: bool = False
 
     @property
     def rejects_publish(self) -> bool:
@@ -157,6 +159,7 @@ KNOWN_ARGUMENTS: tuple[str, ...] = (
     "x-queue-type",
     "x-delivery-limit",
     "x-consumer-timeout",
+    "x-message-deduplication",
     "x-delayed-retry-type",
     "x-delayed-retry-min",
     "x-delayed-retry-max",
@@ -299,7 +302,15 @@ def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> Queue
         lazy=mode == "lazy",
         returns=returns,
         consumer_timeout_ms=check.integer("x-consumer-timeout", positive=True),
+        deduplicates=_boolean(check, "x-message-deduplication"),
     )
+
+
+def _boolean(check: _Checker, key: str) -> bool:
+    value = check.arguments.get(key, False)
+    if not isinstance(value, bool):
+        raise check.fail(key, f"{{unacceptable_type,{wire_type_name(value)}}}")
+    return value
 
 
 def _return_args(check: _Checker, queue_type: str) -> ReturnArgs:

@@ -148,6 +148,7 @@ class VirtualHost:
             authorize("read", "exchange", name)
             authorize("write", "exchange", alternate)
         exchange = cls(name, durable, auto_delete, internal, arguments)
+        exchange.attach(self)
         self.exchanges[name] = exchange
         if durable:
             self._definitions_changed()
@@ -215,6 +216,7 @@ class VirtualHost:
 
     def _remove_exchange(self, exchange: Exchange) -> None:
         del self.exchanges[exchange.name]
+        exchange.detach()
         if exchange.durable:
             self._definitions_changed()
         for binding in list(exchange.bindings.values()):

@@ -98,6 +98,25 @@ def queue_key(vhost: str, queue: str) -> str:
     return f"{vhost}\x00{queue}"
 
 
+# Exchanges keep records of their own (a deduplicating exchange's ids) under keys that no
+# queue's can equal: a queue key starts with its vhost's name, and these with a byte no
+# vhost name starts with.
+EXCHANGE_KEY_PREFIX = "\x01"
+
+
+def exchange_key(kind: str, vhost: str, exchange: str) -> str:
+    return f"{EXCHANGE_KEY_PREFIX}{kind}\x00{vhost}\x00{exchange}"
+
+
+def parse_exchange_key(key: str) -> tuple[str, str, str] | None:
+    """(kind, vhost, exchange) of an exchange key; None for a queue's key."""
+    if not key.startswith(EXCHANGE_KEY_PREFIX):
+        return None
+    kind, _, rest = key[1:].partition("\x00")
+    vhost, _, exchange = rest.partition("\x00")
+    return kind, vhost, exchange
+
+
 def encode(record: Record) -> bytes:
     queue = record.queue.encode()
     if record.type == REDELIVERED:

@@ -6,9 +6,17 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 if TYPE_CHECKING:
+    from kanin.core.message import Message
     from kanin.core.queues import Queue
+    from kanin.core.vhost import VirtualHost
+    from kanin.store.api import Recovered
 
 Destination = Union["Queue", "Exchange"]
+
+# What an exchange that intercepts publishes (`Exchange.intercept`) does with one:
+ROUTE = 0  # route it now, as any exchange would
+ABSORBED = 1  # not routed, and not returned either: confirmed (a duplicate, a delayed one)
+STORED = 2  # or-ed with either: the exchange wrote to the store, the confirm waits for it
 
 
 def freeze(value: Any) -> Any:
@@ -39,6 +47,9 @@ class Binding:
 
 class Exchange:
     type_name: ClassVar[str] = ""
+    # Exchanges that act on a publish before it is routed (deduplicating, delayed) set
+    # this and implement `intercept`; publishing checks the flag, not a method, per publish.
+    intercepts: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -84,3 +95,19 @@ class Exchange:
 
     def route(self, routing_key: str, headers: dict[str, Any]) -> Iterable[Destination]:
         raise NotImplementedError
+
+    # -- for exchanges with state of their own (deduplicating, delayed) ----------------
+
+    def attach(self, vhost: VirtualHost) -> None:
+        """The vhost made this exchange (declared, or restored at start-up)."""
+
+    def detach(self) -> None:
+        """The vhost deleted this exchange: let go of what it holds, in the store too."""
+
+    def intercept(self, message: Message) -> int:
+        """A publish to this exchange, before routing: ROUTE or ABSORBED, | STORED."""
+        return ROUTE
+
+    def restore(self, key: str, recovered: list[Recovered]) -> None:
+        """Start-up: the store's records under one of this exchange's keys
+        (store/records.py, exchange_key), oldest first."""

@@ -41,6 +41,7 @@ from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES, DeadLetters, Pager
 from kanin.core.queue_args import RETURNED, QueueArgs
 from kanin.core.queues.base import ACCEPTED, REFUSED, STORED, Queue
 from kanin.core.queues.consumers import ConsumerChoice
+from kanin.core.queues.dedup_index import DedupIndex
 from kanin.core.queues.expiry import HeadExpiry, IdleTimer, ttl_ms
 from kanin.core.queues.returns import READY, SPENT, Returns
 from kanin.core.ready import FifoReady, PriorityReady, Ready
@@ -76,15 +77,9 @@ class ClassicQueue(Queue):
         store: MessageStore | None = None,
         memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
     ) -> None:
-        super().__init__(
-            name,
-            vhost,
-            durable=durable,
-            exclusive_owner=exclusive_owner,
-            auto_delete=auto_delete,
-            arguments=arguments,
-            args=args,
-        )
+        super().__init__(name, vhost, durable=durable, exclusive_owner=exclusive_owner)
+        self.auto_delete, self.arguments = auto_delete, arguments or {}
+        self.args = args or QueueArgs()
         self.ready: Ready = (
             PriorityReady(self.args.max_priority)
             if self.args.max_priority is not None
@@ -101,16 +96,11 @@ class ClassicQueue(Queue):
         label = repr(self)
         self.pager = Pager(self.store, self.store_key, budget, label, self._count, self._landed)
         self._dead_letters = DeadLetters(self, self.store, self.store_key)
-        self.returns = Returns(
-            self.args.returns,
-            scheduler,
-            self.store,
-            self.store_key,
-            dead_letter=self.dead_letter,
-            ready_again=self._ready_again,
-        )
+        self.returns = Returns(self.args.returns, scheduler, self.store, self.store_key)
+        self.returns.dead_letter, self.returns.ready_again = self.dead_letter, self._ready_again
         # Quorum queues store every message, persistent or not.
         self._stores_all = False
+        self._dedup = DedupIndex() if self.args.deduplicates else None
         # basic.get answers owed while the head is read back, in the order asked.
         self._getters: deque[Callable[[Entry | None], None]] = deque()
         self._next_seq = 1
@@ -123,11 +113,9 @@ class ClassicQueue(Queue):
         self._ttl = HeadExpiry(
             scheduler, lambda: self.ready.peek(), self._pop, self._expired, lambda: self.deleted
         )
-        expires_ms = self.args.expires_ms
+        expires_s = None if self.args.expires_ms is None else self.args.expires_ms / 1000
         self._idle = (
-            None
-            if expires_ms is None
-            else IdleTimer(scheduler, expires_ms / 1000, self._in_use, self._on_idle)
+            IdleTimer(scheduler, expires_s, self._in_use, self._on_idle) if expires_s else None
         )
         self.touch()
 
@@ -159,8 +147,14 @@ class ClassicQueue(Queue):
             len(self.ready), self.ready_bytes, size
         ):
             return REFUSED
+        dedup = self._dedup
+        key = dedup.key_of(message) if dedup is not None else None
+        if key is not None and dedup is not None and dedup.holds(key):
+            return STORED if self.store is not None else ACCEPTED  # see queues/dedup_index.py
         entry = Entry(message, self._next_seq)
         self._next_seq += 1
+        if key is not None and dedup is not None:
+            dedup.joined(entry, key)
         ttl = ttl_ms(self.args.message_ttl_ms, message.expiration_ms)
         if ttl is not None:
             entry.expires_at = self._scheduler.time() + ttl / 1000
@@ -241,6 +235,8 @@ class ClassicQueue(Queue):
             self.ready_bytes += recovered.body_size
             ready += 1
         self.pager.restored(ready)
+        if self._dedup is not None and self.store is not None:
+            self._dedup.restore(self.store, self.store_key, list(self.ready))
         self._ttl.arm()
         if spent:
             self.dead_letter(spent, "delivery_limit")
@@ -375,6 +371,8 @@ class ClassicQueue(Queue):
 
     def forget(self, entry: Entry) -> None:
         """The message left this queue for good (acked, dropped, delivered without ack)."""
+        if self._dedup is not None:
+            self._dedup.left(entry)
         if entry.cost:
             self._memory.release(entry.cost)
             entry.cost = 0
@@ -400,10 +398,11 @@ class ClassicQueue(Queue):
         count = self.message_count
         for entry in self.returns.take_all():
             self.forget(entry)
-        if self.store is not None:
-            for entry in self.ready:
-                if entry.stored_id:
-                    self.store.remove(self.store_key, entry.stored_id)
+        for entry in self.ready:
+            if self._dedup is not None:
+                self._dedup.left(entry)
+            if entry.stored_id and self.store is not None:
+                self.store.remove(self.store_key, entry.stored_id)
         self._memory.release(sum(entry.cost for entry in self.ready))
         self.ready.clear()
         self.ready_bytes = 0

@@ -68,16 +68,14 @@ class Returns:
         scheduler: Scheduler,
         store: MessageStore | None,
         key: str,
-        *,
-        dead_letter: Callable[[list[Entry], str], None],
-        ready_again: Callable[[list[Entry]], None],
     ) -> None:
         self.policy = policy
         self._scheduler = scheduler
         self._store = store
         self._key = key
-        self._dead_letter = dead_letter
-        self._ready_again = ready_again
+        # Set by the queue: where spent messages go, and where waiting ones go when due.
+        self.dead_letter: Callable[[list[Entry], str], None] = lambda entries, reason: None
+        self.ready_again: Callable[[list[Entry]], None] = lambda entries: None
         self._waiting: dict[Entry, None] = {}  # held back, in the wheel or being read back
         self._wheel: TimingWheel[Entry] | None = None
         self._timer: Cancellable | None = None
@@ -99,7 +97,7 @@ class Returns:
             elif not self._held_back(entry, how):
                 ready.append(entry)
         if spent:
-            self._dead_letter(spent, "delivery_limit")
+            self.dead_letter(spent, "delivery_limit")
         return ready
 
     def restored(self, entry: Entry, returns: int) -> str:
@@ -192,4 +190,4 @@ class Returns:
                 del waiting[entry]
                 ready.append(entry)
         if ready:
-            self._ready_again(ready)
+            self.ready_again(ready)
