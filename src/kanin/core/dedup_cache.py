@@ -30,12 +30,12 @@ if TYPE_CHECKING:
 
 def dedup_key(value: Any) -> bytes | None:
     """An id as bytes that keep its type, or None for a header that gives no id."""
+    if isinstance(value, str):  # the usual id first: this runs per message
+        return b"s" + value.encode("utf-8", "surrogatepass")
     if isinstance(value, bool):
         return b"t" + (b"1" if value else b"0")
     if isinstance(value, int):
         return b"i" + str(value).encode()
-    if isinstance(value, str):
-        return b"s" + value.encode("utf-8", "surrogatepass")
     if isinstance(value, bytes | bytearray):
         return b"x" + bytes(value)
     if isinstance(value, float):
@@ -61,46 +61,55 @@ class DedupCache:
         self._now_ms = wall_clock_ms
         self.store = store  # None: the ids are kept in memory only
         self._store_key = store_key
-        # id -> (expires at in UNIX ms or 0, its record's id in the store or 0), oldest first
-        self._ids: OrderedDict[bytes, tuple[int, int]] = OrderedDict()
+        # id -> its record's id in the store (0: none), oldest first; and the expiry (UNIX
+        # ms) of those that have one. Keys and values are bytes and ints, which the cyclic
+        # garbage collector does not track: a cache of millions costs it nothing.
+        self._ids: OrderedDict[bytes, int] = OrderedDict()
+        self._expiry: dict[bytes, int] = {}
 
     def __len__(self) -> int:
         return len(self._ids)
 
     def seen(self, key: bytes) -> bool:
-        held = self._ids.get(key)
-        if held is None:
+        if key not in self._ids:
             return False
-        expires_at = held[0]
-        if expires_at and expires_at <= self._now_ms():
+        expires_at = self._expiry.get(key)
+        if expires_at is not None and expires_at <= self._now_ms():
             self._drop(key)
             return False
         return True
 
     def add(self, key: bytes, ttl_ms: int | None = None) -> bool:
         """Cache a new id (one `seen` said is not cached); True if a record was written."""
-        now = self._now_ms()
         ttl = ttl_ms if ttl_ms is not None else self.ttl_ms
-        expires_at = now + ttl if ttl else 0
-        self._expire_oldest(now)
+        expires_at = 0
+        if ttl or self._expiry:  # without TTLs no id expires: no clock, no sweep
+            now = self._now_ms()
+            self._expire_oldest(now)
+            if ttl:
+                expires_at = now + ttl
         while len(self._ids) >= self.size:
             self._drop(next(iter(self._ids)))
         record = 0
         if self.store is not None:
             record = self.store.enqueue(self._store_key, "", "", b"", key, expires_at_ms=expires_at)
-        self._ids[key] = (expires_at, record)
+        self._ids[key] = record
+        if expires_at:
+            self._expiry[key] = expires_at
         return record != 0
 
     def _expire_oldest(self, now: int) -> None:
-        ids = self._ids
+        ids, expiry = self._ids, self._expiry
         while ids:
-            key, (expires_at, _) = next(iter(ids.items()))
-            if not expires_at or expires_at > now:
+            key = next(iter(ids))
+            expires_at = expiry.get(key)
+            if expires_at is None or expires_at > now:
                 return
             self._drop(key)
 
     def _drop(self, key: bytes) -> None:
-        _, record = self._ids.pop(key)
+        record = self._ids.pop(key)
+        self._expiry.pop(key, None)
         if record and self.store is not None:
             self.store.remove(self._store_key, record)
 
@@ -115,7 +124,9 @@ class DedupCache:
                 continue
             if key in self._ids:  # cannot happen unless a record was written twice
                 self._drop(key)
-            self._ids[key] = (expires_at, record)
+            self._ids[key] = record
+            if expires_at:
+                self._expiry[key] = expires_at
         while len(self._ids) > self.size:
             self._drop(next(iter(self._ids)))
 

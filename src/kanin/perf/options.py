@@ -39,6 +39,9 @@ class PerfOptions:
     queue_prefix: str = "kanin-perf-"
     queue_args: tuple[QueueArg, ...] = ()
     exchange: str = ""
+    exchange_type: str = "direct"
+    exchange_args: tuple[QueueArg, ...] = ()
+    unique_header: str = ""  # each message carries this header with a value of its own
     size: int = 64
     persistent: bool = False
     durable: bool = False
@@ -121,7 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     add("--queues", type=int, default=1, help="queues; producer/consumer i uses queue i mod N")
     add("--queue-prefix", default="kanin-perf-", help="queue names are PREFIX0, PREFIX1, ...")
     add("--queue-arg", type=parse_queue_arg, action="append", default=[], metavar="K=V")
-    add("--exchange", default="", help="publish via this direct exchange (declared, bound)")
+    add("--exchange", default="", help="publish via this exchange (declared, bound)")
+    add("--exchange-type", default="direct", help="the exchange's type (default direct)")
+    add("--exchange-arg", type=parse_queue_arg, action="append", default=[], metavar="K=V")
+    add(
+        "--unique-header",
+        default="",
+        metavar="NAME",
+        help="each message carries header NAME with a value no other message has "
+        "(e.g. x-deduplication-header)",
+    )
     add("-s", "--size", type=int, default=64, help=f"message bytes (>= {STAMP_SIZE})")
     add("--persistent", action="store_true", help="delivery-mode 2")
     add("--durable", action="store_true", help="declare durable queues (and exchange)")
@@ -188,6 +200,9 @@ def options_from_argv(argv: list[str]) -> PerfOptions:
         queue_prefix=a.queue_prefix,
         queue_args=tuple(a.queue_arg),
         exchange=a.exchange,
+        exchange_type=a.exchange_type,
+        exchange_args=tuple(a.exchange_arg),
+        unique_header=a.unique_header,
         size=a.size,
         persistent=a.persistent,
         durable=a.durable,

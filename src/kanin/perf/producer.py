@@ -46,6 +46,7 @@ class Producer(ChannelHandler):
             options.size,
             options.persistent,
             conn.frame_max,
+            options.unique_header,
         )
         self.stream_id = stream_id
         self.status = bytearray((UNUSED,))  # index = sequence number

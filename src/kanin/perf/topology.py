@@ -17,7 +17,10 @@ async def declare(options: PerfOptions) -> None:
         await conn.open_channel(channel)
         if options.exchange:
             exchange = commands.Exchange.Declare(
-                exchange=options.exchange, exchange_type="direct", durable=options.durable
+                exchange=options.exchange,
+                exchange_type=options.exchange_type,
+                durable=options.durable,
+                arguments=dict(options.exchange_args) or None,
             )
             await channel.call(exchange, commands.Exchange.DeclareOk)
         arguments: dict[str, Any] = dict(options.queue_args)

@@ -39,6 +39,8 @@ BASIC_ACK = 0x003C0050
 BASIC_NACK = 0x003C0078
 BASIC_PUBLISH = b"\x00\x3c\x00\x28"
 _PERSISTENT_FLAGS = 0x1000  # delivery-mode is property bit 12
+_HEADERS_FLAGS = 0x2000  # headers is property bit 13
+UNIQUE_ID_BYTES = 32  # run id, stream id and sequence in hex (--unique-header)
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,8 @@ class PublishTemplate:
     data: bytes
     seq_offset: int  # where the (sequence, send time) pair starts in `data`
     seq_time: struct.Struct = FULL_STAMP.seq_time
+    id_offset: int = -1  # where a unique header value goes, -1 for none (--unique-header)
+    id_prefix: bytes = b""  # its run and stream part; the sequence follows in hex
 
     def batch(self, first_seq: int, count: int, now_ns: int) -> bytearray:
         size = len(self.data)
@@ -105,6 +109,11 @@ class PublishTemplate:
         for seq in range(first_seq, first_seq + count):
             pack(buffer, offset, seq, now_ns)
             offset += size
+        if self.id_offset >= 0:
+            at, prefix = self.id_offset, self.id_prefix
+            for seq in range(first_seq, first_seq + count):
+                buffer[at : at + UNIQUE_ID_BYTES] = prefix + b"%016x" % seq
+                at += size
         return buffer
 
 
@@ -117,6 +126,7 @@ def publish_template(
     body_size: int,
     persistent: bool,
     frame_max: int,
+    unique_header: str = "",
 ) -> PublishTemplate:
     if body_size < STAMP_SIZE:
         raise ValueError(f"message size must be at least {STAMP_SIZE} bytes")
@@ -127,8 +137,17 @@ def publish_template(
     method_bytes = frame(FRAME_METHOD, channel, method + b"\x00")
     flags = _PERSISTENT_FLAGS if persistent else 0
     properties = b"\x02" if persistent else b""
-    header = struct.pack(">HHQH", 60, 0, body_size, flags) + properties
+    table = b""
+    if unique_header:
+        # A table of one longstr, UNIQUE_ID_BYTES long, patched per message (batch()).
+        field = short_string(unique_header) + b"S" + struct.pack(">I", UNIQUE_ID_BYTES)
+        table = struct.pack(">I", len(field) + UNIQUE_ID_BYTES) + field
+        table += b"0" * UNIQUE_ID_BYTES
+        flags |= _HEADERS_FLAGS
+    header = struct.pack(">HHQH", 60, 0, body_size, flags) + table + properties
     header_bytes = frame(FRAME_HEADER, channel, header)
+    # The id sits at the end of the table, just before the delivery mode, if any.
+    id_offset = len(method_bytes) + len(header_bytes) - 1 - len(properties) - UNIQUE_ID_BYTES
     body = stamp.whole.pack(run_id & stamp.run_mask, stream_id, 0, 0)
     body += b"\x00" * (body_size - len(body))
     chunk = frame_max - FRAME_OVERHEAD if frame_max else body_size
@@ -137,7 +156,13 @@ def publish_template(
         for start in range(0, body_size, chunk)
     )
     seq_offset = len(method_bytes) + len(header_bytes) + 7 + stamp.seq_at
-    return PublishTemplate(method_bytes + header_bytes + bodies, seq_offset, stamp.seq_time)
+    return PublishTemplate(
+        method_bytes + header_bytes + bodies,
+        seq_offset,
+        stamp.seq_time,
+        id_offset if unique_header else -1,
+        b"%08x%08x" % (run_id & 0xFFFFFFFF, stream_id),
+    )
 
 
 def ack_frame(channel: int, delivery_tag: int, multiple: bool) -> bytes:

@@ -141,18 +141,10 @@ class FileStore:
         assert self._recovered, "recover() must run before the store is written"
         message_id = self._next_id
         self._next_id += 1
-        record = records.Record(
-            records.ENQUEUE,
-            message_id,
-            queue,
-            exchange,
-            routing_key,
-            header,
-            body,
-            priority,
-            expires_at_ms,
+        data = records.encode_enqueue(
+            message_id, queue, exchange, routing_key, header, body, priority, expires_at_ms
         )
-        self._place_live(message_id, records.encode(record))
+        self._place_live(message_id, data)
         return message_id
 
     def _place_live(self, message_id: int, data: bytes) -> int:

@@ -118,25 +118,55 @@ def parse_exchange_key(key: str) -> tuple[str, str, str] | None:
 
 
 def encode(record: Record) -> bytes:
-    queue = record.queue.encode()
     if record.type == REDELIVERED:
         return encode_delivery(record.id, record.queue, record.returns)
     if record.type != ENQUEUE:
-        payload = _SIMPLE.pack(record.type, record.id, len(queue)) + queue
-        return PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
-    exchange, routing_key = record.exchange.encode(), record.routing_key.encode()
-    fixed = _ENQUEUE.pack(
-        ENQUEUE,
+        return encode_simple(record.type, record.id, record.queue)
+    return encode_enqueue(
         record.id,
+        record.queue,
+        record.exchange,
+        record.routing_key,
+        record.header,
+        record.body,
         record.priority,
         record.expires_at_ms,
-        len(exchange),
-        len(routing_key),
-        len(record.header),
-        len(record.body),
-        len(queue),
     )
-    payload = b"".join((fixed, queue, exchange, routing_key, record.header, record.body))
+
+
+def encode_enqueue(
+    id_: int,
+    queue: str,
+    exchange: str,
+    routing_key: str,
+    header: bytes,
+    body: bytes,
+    priority: int = 0,
+    expires_at_ms: int = 0,
+) -> bytes:
+    """An ENQUEUE record, without building a Record (hot path: one per stored message)."""
+    queue_bytes, exchange_bytes = queue.encode(), exchange.encode()
+    routing_bytes = routing_key.encode()
+    payload = b"".join(
+        (
+            _ENQUEUE.pack(
+                ENQUEUE,
+                id_,
+                priority,
+                expires_at_ms,
+                len(exchange_bytes),
+                len(routing_bytes),
+                len(header),
+                len(body),
+                len(queue_bytes),
+            ),
+            queue_bytes,
+            exchange_bytes,
+            routing_bytes,
+            header,
+            body,
+        )
+    )
     return PREFIX.pack(len(payload), zlib.crc32(payload)) + payload
 
 

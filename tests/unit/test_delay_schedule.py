@@ -1,0 +1,87 @@
+"""Delayed messages on a fake clock: buckets come out at their time in due order, one timer
+at a time, overdue ones first thing; and which x-delay values delay."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from kanin.core.delay_schedule import Bucket, DelaySchedule
+from kanin.core.exchanges.delayed import delay_of
+from kanin.testing.clock import FakeScheduler
+
+
+def schedule() -> tuple[FakeScheduler, DelaySchedule[str], list[tuple[float, list[Any]]]]:
+    clock = FakeScheduler()
+    out: list[tuple[float, list[Any]]] = []
+
+    def due(buckets: list[Bucket[str]]) -> None:
+        out.append((clock.time(), [(list(b.ids), b.items) for b in buckets]))
+
+    return clock, DelaySchedule(clock, due), out
+
+
+def test_buckets_come_out_at_their_time_in_due_order_on_one_timer() -> None:
+    clock, delays, out = schedule()
+    now = delays.now_ms()
+    delays.add_id(now + 300, 3)
+    delays.add_id(now + 100, 1)
+    delays.add_item(now + 100, "one")
+    delays.add_id(now + 200, 2)
+    assert clock.pending_timers == 1 and delays.pending == 4
+    clock.advance(0.099)
+    assert out == []
+    clock.advance(0.002)
+    assert out == [(pytest.approx(1000.1), [([1], ["one"])])]
+    clock.advance(0.3)
+    assert [buckets for _, buckets in out[1:]] == [[([2], None)], [([3], None)]]
+    assert delays.pending == 0 and clock.pending_timers == 0
+
+
+def test_overdue_ones_come_out_at_once_in_due_order() -> None:
+    clock, delays, out = schedule()
+    now = delays.now_ms()
+    for due, store_id in ((now - 10, 10), (now - 30, 30), (now + 50, 50), (now - 20, 20)):
+        delays.add_id(due, store_id)
+    clock.advance(0)
+    assert [ids for ids, _ in out[0][1]] == [[30], [20], [10]]
+    clock.advance(0.05)
+    assert [ids for ids, _ in out[1][1]] == [[50]]
+
+
+def test_wall_clock_due_times_map_to_the_schedules_clock() -> None:
+    clock, delays, _ = schedule()
+    assert delays.due_from_wall(clock.wall_clock_ms() + 1234) == delays.now_ms() + 1234
+
+
+def test_clear_takes_everything_and_stops_the_timer() -> None:
+    clock, delays, out = schedule()
+    delays.add_id(delays.now_ms() + 10, 1)
+    assert [list(b.ids) for b in delays.clear()] == [[1]]
+    clock.advance(1)
+    assert out == [] and clock.pending_timers == 0 and delays.pending == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "delay"),
+    [
+        (100, 100),
+        (4_294_967_295, 4_294_967_295),
+        (4_294_967_296, None),
+        (0, None),
+        (-1, None),
+        ("250", 250),
+        ("abc", None),
+        (b"7", 7),
+        (Decimal("9.9"), 9),
+        (12.7, 12),
+        (float("nan"), None),
+        (True, None),
+        (None, None),
+        ([1], None),
+    ],
+)
+def test_which_x_delay_values_delay(value: Any, delay: int | None) -> None:
+    assert delay_of({"x-delay": value}) == delay
