@@ -85,3 +85,29 @@ def test_clear_takes_everything_and_stops_the_timer() -> None:
 )
 def test_which_x_delay_values_delay(value: Any, delay: int | None) -> None:
     assert delay_of({"x-delay": value}) == delay
+
+
+def test_messages_due_later_wait_in_a_seconds_bucket_and_still_come_out_on_the_ms() -> None:
+    clock, delays, out = schedule()
+    now = delays.now_ms()
+    delays.add_id(now + 5_432, 2)
+    delays.add_item(now + 5_432, "two")
+    delays.add_id(now + 5_001, 1)
+    delays.add_id(now + 100, 0)
+    assert len(delays._seconds) == 1 and delays.pending == 4
+    clock.advance(5.000)
+    assert [ids for _, buckets in out for ids, _ in buckets] == [[0]]
+    clock.advance(0.0015)
+    clock.advance(0.431)
+    assert [(when, ids, items) for when, buckets in out for ids, items in buckets][1:] == [
+        (pytest.approx(1005.001), [1], None),
+        (pytest.approx(1005.432), [2], ["two"]),
+    ]
+    assert delays.pending == 0 and clock.pending_timers == 0
+
+
+def test_clear_takes_the_seconds_buckets_too() -> None:
+    _, delays, _ = schedule()
+    delays.add_id(delays.now_ms() + 60_000, 7)
+    delays.add_item(delays.now_ms() + 60_000, "x")
+    assert [(list(b.ids), b.items) for b in delays.clear()] == [([7], ["x"])]

@@ -1,12 +1,15 @@
 """Delayed messages waiting for their time: millions of them, in little memory, on one timer.
 
-The timing wheel (core/timing_wheel.py) holds one entry per due millisecond, not per
-message: messages due in the same millisecond share a bucket, a compact array of their
-store ids (8 bytes each) plus a list for those kept in memory only. So a million pending
-messages due over a few minutes cost a few bytes each here; the store's index of their
-records is the rest (store/file_store.py). One scheduler timer is armed for the wheel's
-next due time; when it fires, `advance` hands back the buckets due, in due order, and
-within a bucket in the order they were added. Nothing ever looks at every pending message.
+The timing wheel (core/timing_wheel.py) holds one entry per bucket, not per message, in two
+tiers. Messages due within NEAR_MS share a bucket per due millisecond: a compact array of
+their store ids (8 bytes each) plus a list for those kept in memory only. Messages due later
+share a bucket per second, with their due times beside their ids (16 bytes a message); that
+bucket's wheel entry comes up NEAR_MS before its second starts, and its messages move to
+their millisecond buckets then. So pending messages cost a few bytes each here, however
+sparse their due times; the store's index of their records is the rest
+(store/file_store.py). One scheduler timer is armed for the wheel's next due time; when it
+fires, `advance` hands back what is due, buckets in due order and each in the order its
+messages were added. Nothing ever looks at every pending message.
 
 Time is the scheduler's monotonic clock in ms; callers convert wall-clock due times (what
 the store keeps, so they mean the same after a restart) with `due_from_wall`.
@@ -25,6 +28,8 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+NEAR_MS = 2000  # due sooner than this: a millisecond bucket; later: a second's bucket
+
 
 class Bucket(Generic[T]):
     """What is due in one millisecond: store ids and in-memory items, each in order."""
@@ -36,11 +41,23 @@ class Bucket(Generic[T]):
         self.items: list[T] | None = None
 
 
+class SecondBucket(Generic[T]):
+    """What is due in one second, NEAR_MS or more ahead: ids, their due times, and items."""
+
+    __slots__ = ("dues", "ids", "items")
+
+    def __init__(self) -> None:
+        self.ids = array("q")
+        self.dues = array("q")
+        self.items: list[tuple[int, T]] | None = None
+
+
 class DelaySchedule(Generic[T]):
     def __init__(self, scheduler: Scheduler, on_due: Callable[[list[Bucket[T]]], None]) -> None:
         self._scheduler = scheduler
         self._on_due = on_due
         self._buckets: dict[int, Bucket[T]] = {}  # due ms -> bucket
+        self._seconds: dict[int, SecondBucket[T]] = {}  # second -> its far bucket
         self._wheel: TimingWheel[int] = TimingWheel(now_ms=self.now_ms())
         self._timer: Cancellable | None = None
         self._timer_due = 0
@@ -54,15 +71,47 @@ class DelaySchedule(Generic[T]):
         return self.now_ms() + wall_due_ms - self._scheduler.wall_clock_ms()
 
     def add_id(self, due_ms: int, store_id: int) -> None:
-        self._bucket(due_ms).ids.append(store_id)
         self.pending += 1
+        if due_ms - self.now_ms() >= NEAR_MS:
+            far = self._second(due_ms)
+            far.ids.append(store_id)
+            far.dues.append(due_ms)
+        else:
+            self._bucket(due_ms).ids.append(store_id)
 
     def add_item(self, due_ms: int, item: T) -> None:
+        self.pending += 1
+        if due_ms - self.now_ms() >= NEAR_MS:
+            far = self._second(due_ms)
+            if far.items is None:
+                far.items = []
+            far.items.append((due_ms, item))
+            return
         bucket = self._bucket(due_ms)
         if bucket.items is None:
             bucket.items = []
         bucket.items.append(item)
-        self.pending += 1
+
+    def _second(self, due_ms: int) -> SecondBucket[T]:
+        second = due_ms // 1000
+        far = self._seconds.get(second)
+        if far is None:
+            far = self._seconds[second] = SecondBucket()
+            # Negative: the wheel's entry names a second's bucket, not a due millisecond.
+            self._wheel.insert(-second, second * 1000 - NEAR_MS)
+            self._arm(second * 1000 - NEAR_MS, self.now_ms())
+        return far
+
+    def _spread(self, second: int) -> None:
+        """A second's bucket is near now: its messages go to their millisecond buckets."""
+        far = self._seconds.pop(second)
+        for due_ms, store_id in zip(far.dues, far.ids, strict=True):
+            self._bucket(due_ms).ids.append(store_id)
+        for due_ms, item in far.items or ():
+            bucket = self._bucket(due_ms)
+            if bucket.items is None:
+                bucket.items = []
+            bucket.items.append(item)
 
     def _bucket(self, due_ms: int) -> Bucket[T]:
         bucket = self._buckets.get(due_ms)
@@ -85,8 +134,15 @@ class DelaySchedule(Generic[T]):
     def _fire(self) -> None:
         self._timer = None
         now = self.now_ms()
+        due_keys = self._wheel.advance(now)
+        seconds = [-key for key in due_keys if key < 0]
+        if seconds:
+            for second in seconds:
+                self._spread(second)
+            # Spreading may have made millisecond buckets already due: take those too.
+            due_keys = [key for key in (*due_keys, *self._wheel.advance(now)) if key >= 0]
         # The wheel hands back those added late (already due) first: sort into due order.
-        buckets = [self._buckets.pop(due) for due in sorted(self._wheel.advance(now))]
+        buckets = [self._buckets.pop(due) for due in sorted(due_keys) if due in self._buckets]
         self.pending -= sum(len(b.ids) + len(b.items or ()) for b in buckets)
         following = self._wheel.next_due_ms()
         if following is not None:
@@ -97,7 +153,13 @@ class DelaySchedule(Generic[T]):
     def clear(self) -> list[Bucket[T]]:
         """Everything pending, taken out (the exchange is deleted)."""
         buckets = list(self._buckets.values())
+        for far in self._seconds.values():
+            bucket: Bucket[T] = Bucket()
+            bucket.ids = far.ids
+            bucket.items = [item for _, item in far.items] if far.items else None
+            buckets.append(bucket)
         self._buckets.clear()
+        self._seconds.clear()
         self._wheel = TimingWheel(now_ms=self.now_ms())
         if self._timer is not None:
             self._timer.cancel()

@@ -19,7 +19,7 @@ from kanin.server.bugs import loop_exception_handler
 from kanin.server.connection import AMQPConnection
 from kanin.server.datadir_lock import DataDirLock
 from kanin.server.disk import DiskMonitor
-from kanin.server.rss import RssReader, RssWatch
+from kanin.server.rss import RssReader, RssWatch, give_back_free_memory
 from kanin.server.scheduler import LoopScheduler
 from kanin.store.file_store import FileStore
 
@@ -63,6 +63,7 @@ class BrokerServer:
         self.broker = broker = Broker(self.config, LoopScheduler(loop), self.store, read_rss)
         persistence = Persistence(broker, data_dir, self.store)
         persistence.restore()
+        give_back_free_memory()
         # Only now: a broker that failed to restore must not save over what it could not read.
         self.persistence = persistence
         self.store.committer.prelude = persistence.saver.prelude

@@ -43,6 +43,7 @@ from pathlib import Path
 from kanin.store import records
 from kanin.store.api import Content, Reader, Recovered, Waiter
 from kanin.store.committer import GroupCommitter, Landed
+from kanin.store.recovered_index import EnqueuedColumns
 from kanin.store.segments import READ_GAP_BYTES, SegmentLog
 
 log = logging.getLogger(__name__)
@@ -400,21 +401,21 @@ class FileStore:
         needs to rebuild it. No body is copied and no header decoded. Damaged records are
         skipped and reported (segments.py); errors.RecoveryError if segment files are
         missing, unless the store was made with force_recovery."""
-        queues: dict[str, dict[int, Recovered]] = {}
-        highest_segment = self._scan(queues)
+        enqueued = EnqueuedColumns()
+        highest_segment = self._scan(enqueued)
         for location in self._where.values():
             self._live[location >> _SEGMENT_SHIFT].live += 1
         self._live = {n: state for n, state in self._live.items() if state.live}
         self._start_after(highest_segment)
         self._recovered = True
-        return self._recovered_queues(queues)
+        return enqueued.live(self._where, self._delivered)
 
-    def _scan(self, queues: dict[str, dict[int, Recovered]]) -> int:
-        """Replay every record into `queues` and the location map; returns the newest
+    def _scan(self, enqueued: EnqueuedColumns) -> int:
+        """Replay every record into the location map and `enqueued`; returns the newest
         segment that has records."""
         where, delivered, live = self._where, self._delivered, self._live
         highest_segment, next_id = 0, self._next_id
-        make = Recovered._make
+        add = enqueued.add
         for segment, summaries in self._segments.recover(self._force_recovery):
             base = segment << _SEGMENT_SHIFT
             state = live.setdefault(segment, _Segment())
@@ -422,15 +423,11 @@ class FileStore:
                 if id_ >= next_id:
                     next_id = id_ + 1
                 if type_ == records.ENQUEUE:
-                    messages = queues.get(queue)
-                    if messages is None:
-                        messages = queues[queue] = {}
-                    messages[id_] = make((id_, size, priority, expiry, False, 0))
                     where[id_] = base | offset
+                    add(id_, base | offset, queue, size, priority, expiry)
                     state.total += 1
                 elif type_ == records.REMOVE:
-                    if where.pop(id_, None) is not None:
-                        queues.get(queue, {}).pop(id_, None)
+                    where.pop(id_, None)
                     delivered.pop(id_, None)
                 elif id_ in where:  # DELIVERED, or REDELIVERED with its count in `size`
                     returns = size if type_ == records.REDELIVERED else 0
@@ -454,21 +451,6 @@ class FileStore:
         while self._on_disk[0] in self._dead and self._on_disk[0] != highest_segment:
             self._dead.discard(self._on_disk[0])
             self._segments.delete(self._on_disk.pop(0))
-
-    def _recovered_queues(
-        self, queues: dict[str, dict[int, Recovered]]
-    ) -> dict[str, list[Recovered]]:
-        result: dict[str, list[Recovered]] = {}
-        for key, messages in queues.items():
-            if not messages:
-                continue
-            ordered = [messages[i] for i in sorted(messages)]
-            for index, message in enumerate(ordered):
-                returns = self._delivered.get(message.id)
-                if returns is not None:
-                    ordered[index] = message._replace(redelivered=True, returns=returns + 1)
-            result[key] = ordered
-        return result
 
     async def close(self) -> None:
         # Reads in flight end first: the log's descriptors are closed with the committer.

@@ -1,0 +1,246 @@
+"""Delayed messages in kanin: memory and start-up with millions pending, and lateness.
+
+    python bench/delayed.py                        # ~15 minutes; bench/results/delayed.md
+    python bench/delayed.py --pending 200000 --due 50000 --out /tmp/delayed.md   # a try
+
+One kanin server, a durable x-delayed-message exchange (x-delayed-type direct) bound to one
+durable queue; messages are persistent, 16-byte bodies, published with confirms (window
+256, written 8 at a time) by a raw asyncio client (kanin perf's), each with its own x-delay,
+computed from its due time as it is written.
+(1) Pending: N messages due two to three hours from now (so none fall due during the run),
+    spread over an hour. Measured: publish rate, and the broker's resident memory with
+    them pending, in total and per pending message (less the memory before).
+(2) Start-up: the broker is killed (SIGKILL) and started again on the same data directory:
+    seconds until it listens, and its resident memory then.
+(3) Lateness: with the N still pending, M more are published due at 10,000 per second,
+    starting once all M are confirmed; a consumer (no-ack) takes them as they come.
+    Lateness = arrival time - due time (wall clock, the due time is in each body), p50,
+    p99 and max over the M. Goal: p99 <= 10 ms.
+RabbitMQ 3.10 here has no delayed-message plugin (rabbitmq-plugins list), so there is no
+RabbitMQ column.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import signal
+import statistics
+import struct
+import sys
+import tempfile
+import time
+from array import array
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness import Kanin
+from pamqp import commands
+
+from kanin.perf import wire
+from kanin.perf.client import ChannelHandler, connect
+from kanin.perf.options import parse_uri
+
+ROOT = Path(__file__).resolve().parent.parent
+EXCHANGE, QUEUE, KEY = "bench.delayed", "bench.delayed.q", "d"
+# Unconfirmed publishes at most, and messages per socket write: x-delay counts from when the
+# broker reads the publish, so a message must not wait long in the client or the socket
+# (its due time is computed when it is written; any wait after that counts as lateness).
+WINDOW = 256
+WRITE_BATCH = 8
+BODY = struct.Struct(">Q8x")  # due time, UNIX ms; padded to 16 bytes
+_PROPS = 0x2000 | 0x1000  # headers and delivery mode
+_TABLE = struct.Struct(">I B7s c i")  # table length, "x-delay" (shortstr), 'I', value
+
+
+def publish_frames(due_ms: int, now_ms: int) -> bytes:
+    delay = max(due_ms - now_ms, 1)
+    table = _TABLE.pack(13, 7, b"x-delay", b"I", delay)
+    method = wire.BASIC_PUBLISH + b"\x00\x00" + wire.short_string(EXCHANGE)
+    method += wire.short_string(KEY) + b"\x00"
+    header = struct.pack(">HHQH", 60, 0, BODY.size, _PROPS) + table + b"\x02"
+    return (
+        wire.frame(wire.FRAME_METHOD, 1, method)
+        + wire.frame(wire.FRAME_HEADER, 1, header)
+        + wire.frame(wire.FRAME_BODY, 1, BODY.pack(due_ms))
+    )
+
+
+class Publisher(ChannelHandler):
+    def __init__(self, conn: Any) -> None:
+        super().__init__(conn, 1)
+        self.sent = 0
+        self.confirmed = 0
+        self.wake = asyncio.Event()
+
+    def on_ack(self, tag: int, multiple: bool) -> None:
+        self.confirmed = tag if multiple else self.confirmed + 1
+        self.wake.set()
+
+    def on_nack(self, tag: int, multiple: bool) -> None:
+        raise RuntimeError("a delayed publish was nacked")
+
+    async def run(self, dues: Any) -> None:
+        """Publish one message per due time (an iterable of UNIX ms), WINDOW unconfirmed."""
+        batch: list[bytes] = []
+        for due in dues:
+            batch.append(publish_frames(due, int(time.time() * 1000)))
+            self.sent += 1
+            if len(batch) == WRITE_BATCH:
+                self.conn.write(b"".join(batch))
+                batch.clear()
+                while self.sent - self.confirmed > WINDOW:
+                    self.wake.clear()
+                    await self.wake.wait()
+                if not self.conn.writable:
+                    await self.conn.wait_writable()
+        if batch:
+            self.conn.write(b"".join(batch))
+        while self.confirmed < self.sent:
+            self.wake.clear()
+            await asyncio.wait_for(self.wake.wait(), 60)
+
+
+class LatenessConsumer(ChannelHandler):
+    def __init__(self, conn: Any, expected: int) -> None:
+        super().__init__(conn, 2)
+        self.lateness_ms = array("d")
+        self.expected = expected
+        self.done = asyncio.Event()
+
+    def on_body(self, buffer: bytes, at: int) -> None:
+        (due_ms,) = BODY.unpack_from(buffer, at)
+        self.lateness_ms.append(time.time() * 1000 - due_ms)
+        if len(self.lateness_ms) >= self.expected:
+            self.done.set()
+
+
+async def setup(uri: str) -> None:
+    conn = await connect(parse_uri(uri))
+    channel = ChannelHandler(conn, 1)
+    await conn.open_channel(channel)
+    await channel.call(
+        commands.Exchange.Declare(
+            exchange=EXCHANGE,
+            exchange_type="x-delayed-message",
+            durable=True,
+            arguments={"x-delayed-type": "direct"},
+        ),
+        commands.Exchange.DeclareOk,
+    )
+    await channel.call(commands.Queue.Declare(queue=QUEUE, durable=True), commands.Queue.DeclareOk)
+    await channel.call(
+        commands.Queue.Bind(queue=QUEUE, exchange=EXCHANGE, routing_key=KEY), commands.Queue.BindOk
+    )
+    await conn.close()
+
+
+async def publish(uri: str, dues: Any) -> float:
+    conn = await connect(parse_uri(uri))
+    publisher = Publisher(conn)
+    await conn.open_channel(publisher)
+    await publisher.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
+    started = time.monotonic()
+    await publisher.run(dues)
+    elapsed = time.monotonic() - started
+    await conn.close()
+    return publisher.sent / elapsed
+
+
+async def lateness(uri: str, count: int, rate: float) -> list[float]:
+    conn = await connect(parse_uri(uri))
+    consumer = LatenessConsumer(conn, count)
+    await conn.open_channel(consumer)
+    await consumer.call(commands.Basic.Consume(queue=QUEUE, no_ack=True), commands.Basic.ConsumeOk)
+    # Due from a little after the last confirm (publishing M takes about M / 20,000 s).
+    start_ms = int(time.time() * 1000) + int(count / 15_000 * 1000) + 3000
+    await publish(uri, (start_ms + int(i * 1000 / rate) for i in range(count)))
+    await asyncio.wait_for(consumer.done.wait(), count / rate + 120)
+    await conn.close()
+    return sorted(consumer.lateness_ms)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="kanin-bench-delayed-") as work:
+        kanin = Kanin(Path(work) / "data")
+        kanin.start()
+        try:
+            asyncio.run(setup(kanin.uri))
+            rss_before = harness.rss_kb(kanin.pid)
+            base = int(time.time() * 1000) + 2 * 3_600_000
+            spread = 3_600_000 / args.pending
+            dues = (base + int(i * spread) for i in range(args.pending))
+            result["publish_rate"] = asyncio.run(publish(kanin.uri, dues))
+            time.sleep(2)
+            rss = harness.rss_kb(kanin.pid)
+            result["rss_mb"] = rss / 1024
+            result["bytes_per_pending"] = (rss - rss_before) * 1024 / args.pending
+            assert kanin.process is not None
+            os.kill(kanin.pid, signal.SIGKILL)  # only the process this run started
+            kanin.process.wait()
+            result["startup_s"] = kanin.start()
+            time.sleep(2)
+            result["rss_after_restart_mb"] = harness.rss_kb(kanin.pid) / 1024
+            late = asyncio.run(lateness(kanin.uri, args.due, args.rate))
+            result["lateness"] = {
+                "count": len(late),
+                "p50": statistics.median(late),
+                "p99": late[int(len(late) * 0.99) - 1],
+                "max": late[-1],
+            }
+        finally:
+            kanin.stop()
+    return result
+
+
+def render(result: dict[str, Any], args: argparse.Namespace) -> str:
+    late = result["lateness"]
+    return "\n".join(
+        [
+            "# Delayed messages in kanin",
+            "",
+            f"Command: `python bench/delayed.py --pending {args.pending} --due {args.due} "
+            f"--rate {args.rate:g}` on {platform.node()} ({platform.machine()}, "
+            f"{os.cpu_count()} cores, Python {platform.python_version()}). bench/delayed.py's "
+            "docstring says what runs. RabbitMQ 3.10 here has no delayed-message plugin.",
+            "",
+            "| measure | value |",
+            "|---|---|",
+            f"| pending delayed messages (persistent, durable exchange) | {args.pending:,} |",
+            f"| publish rate, confirmed | {result['publish_rate']:,.0f} msg/s |",
+            f"| broker resident memory with them pending | {result['rss_mb']:,.0f} MB |",
+            f"| ... per pending message | {result['bytes_per_pending']:.0f} bytes |",
+            f"| start-up after kill -9, until listening | {result['startup_s']:.1f} s |",
+            f"| resident memory after that start-up | {result['rss_after_restart_mb']:,.0f} MB |",
+            f"| lateness at {args.rate:,.0f} due/s ({late['count']:,} messages), p50 "
+            f"| {late['p50']:.1f} ms |",
+            f"| lateness p99 (goal: at most 10 ms) | {late['p99']:.1f} ms |",
+            f"| lateness max | {late['max']:.1f} ms |",
+            "",
+        ]
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--pending", type=int, default=10_000_000)
+    parser.add_argument("--due", type=int, default=300_000, help="messages in the lateness run")
+    parser.add_argument("--rate", type=float, default=10_000.0, help="due per second")
+    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "delayed.md")
+    args = parser.parse_args()
+    result = run(args)
+    print(result, file=sys.stderr)
+    report = render(result, args)
+    args.out.write_text(report)
+    print(report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
