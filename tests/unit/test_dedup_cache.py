@@ -4,13 +4,11 @@ one store record per id and is rebuilt from them."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 from decimal import Decimal
+from typing import Any
 
 from kanin.core.dedup_cache import DedupCache, dedup_key
-from kanin.store.memory_store import MemoryStore
-from kanin.store.records import exchange_key
 
 
 class Clock:
@@ -61,20 +59,49 @@ def test_expired_ids_leave_from_the_oldest_end_as_new_ones_come() -> None:
     assert len(cache) == 1
 
 
-def test_a_durable_cache_writes_one_record_per_id_and_comes_back_from_them() -> None:
-    store = MemoryStore(asyncio.new_event_loop())
-    store.recover()
-    key = exchange_key("dedup", "/", "x")
+class RoundStore:
+    """A store whose commit rounds start when the test says (`round`)."""
+
+    def __init__(self) -> None:
+        self.records: dict[int, bytes] = {}
+        self.openers: list[Any] = []
+        self.next_id = 1
+
+    def enqueue(self, queue: str, exchange: str, rk: str, header: bytes, body: bytes) -> int:
+        self.records[self.next_id] = body
+        self.next_id += 1
+        return self.next_id - 1
+
+    def remove(self, queue: str, record: int) -> None:
+        del self.records[record]
+
+    def at_round_start(self, opener: Any) -> None:
+        self.openers.append(opener)
+
+    def round(self) -> None:
+        openers, self.openers = self.openers, []
+        for opener in openers:
+            opener()
+
+
+def test_a_durable_cache_writes_a_rounds_ids_as_one_record_and_comes_back_from_them() -> None:
+    store = RoundStore()
     clock = Clock()
-    cache = DedupCache(3, None, clock, store, key)
-    for id_ in (b"a", b"b", b"c", b"d"):  # a is evicted: its record goes
-        assert cache.add(id_, ttl_ms=10_000 if id_ == b"b" else None)
-    recovered = store.recover()[key]
-    assert [store.read(key, [r.id])[0].body for r in recovered] == [b"b", b"c", b"d"]
-    clock.ms += 10_001  # b has expired by the restart
-    again = DedupCache(2, None, clock, store, key)
-    again.restore((r.id, r.expires_at_ms, store.read(key, [r.id])[0].body) for r in recovered)
-    assert [again.seen(k) for k in (b"b", b"c", b"d")] == [False, True, True]
-    assert len(store.recover()[key]) == 2
+    cache = DedupCache(3, None, clock, store, "key")  # type: ignore[arg-type]
+    assert cache.add(b"a") and cache.add(b"b", ttl_ms=10_000)
+    assert store.records == {} and cache.seen(b"a")  # seen at once, written as the round starts
+    store.round()
+    assert len(store.records) == 1
+    cache.add(b"c")
+    cache.add(b"d")  # evicts a; its record still holds b
+    store.round()
+    assert len(store.records) == 2
+    cache.add(b"e")  # evicts b: the first record holds nothing now and goes
+    store.round()
+    assert len(store.records) == 2
+    clock.ms += 10_001
+    again = DedupCache(2, None, clock, store, "key")  # type: ignore[arg-type]
+    again.restore(sorted(store.records.items()))
+    assert [again.seen(k) for k in (b"c", b"d", b"e")] == [False, True, True]
     again.clear()
-    assert key not in store.recover()
+    assert store.records == {}

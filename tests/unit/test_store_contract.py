@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from kanin.store.api import Content, Recovered
+from kanin.store.file_store import FileStore
 from kanin.store.records import queue_key
 from store_harness import Q1, Q2, Q3, Harness, Sent, body, expected
 
@@ -309,3 +310,27 @@ async def test_a_delivery_mark_carries_the_returns_before_it_and_the_crash_adds_
             Recovered(third, 1),
         ]
     }
+
+
+async def test_what_an_opener_records_goes_into_the_round_it_opens(harness: Harness) -> None:
+    """at_round_start: a deduplicating exchange writes a round's ids as that round starts,
+    and the confirms waiting for the round cover them."""
+    sent = harness.enqueue(Q1, b"first")
+    late: list[int] = []
+
+    def opener() -> None:
+        late.append(harness.store.enqueue(Q1, "x", "rk", b"h", b"late"))
+
+    harness.store.at_round_start(opener)
+    assert await harness.commit() is True
+    assert late, "the round that covers `first` ran the opener"
+    if isinstance(harness.store, FileStore):
+        assert late[0] in harness.durable_ids()
+    recovered = await harness.restart_recovered()
+    assert [r.id for r in recovered[Q1]] == [sent.id, late[0]]
+
+
+async def test_an_opener_alone_starts_a_round(harness: Harness) -> None:
+    ran = asyncio.Event()
+    harness.store.at_round_start(ran.set)
+    await asyncio.wait_for(ran.wait(), 5)

@@ -268,7 +268,7 @@ class GatedLog(FaultySegmentLog):
         super().__init__(directory)
         self.gate = threading.Event()
 
-    def read_enqueues(self, number: int, ids: set[int]) -> list[records.Record]:
+    def read_enqueues(self, number: int, ids: set[int] | None = None) -> list[records.Record]:
         assert self.gate.wait(10), "the test never opened the gate"
         return super().read_enqueues(number, ids)
 

@@ -10,15 +10,17 @@ How this works:
   message's own x-cache-ttl header, else the exchange's x-cache-ttl, else never).
   Expired ids are dropped when looked up, and from the oldest end on each add, so the
   work is proportional to what is dropped; no timer runs.
-- With a store (a durable exchange), each id is a record under the exchange's key
-  (store/records.py, exchange_key): written by `add` into the same commit round as the
-  message that brought it, removed when evicted or expired (a record nobody waits for).
-  `restore` rebuilds the cache from those records at start-up, oldest first.
+- With a store (a durable exchange), the ids a commit round brings are written as one
+  record under the exchange's key (store/records.py, exchange_key), in that same round
+  (MessageStore.at_round_start): the message's confirm, which waits for the round, covers
+  its id. Each record is removed once none of its ids is cached any more (a record
+  nobody waits for). `restore` rebuilds the cache from those records at start-up.
 - Time is the scheduler's wall clock: TTLs mean the same after a restart.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from decimal import Decimal
@@ -26,6 +28,18 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kanin.store.api import MessageStore
+
+
+_ENTRY = struct.Struct(">QI")  # in a record's body, per id: expires at (0: never), length
+
+
+def _entries(body: bytes) -> Iterable[tuple[int, bytes]]:
+    at, end = 0, len(body)
+    while at + _ENTRY.size <= end:
+        expires_at, length = _ENTRY.unpack_from(body, at)
+        at += _ENTRY.size
+        yield expires_at, body[at : at + length]
+        at += length
 
 
 def dedup_key(value: Any) -> bytes | None:
@@ -66,6 +80,8 @@ class DedupCache:
         # garbage collector does not track: a cache of millions costs it nothing.
         self._ids: OrderedDict[bytes, int] = OrderedDict()
         self._expiry: dict[bytes, int] = {}
+        self._batch: list[bytes] | None = None  # ids added since the last round started
+        self._cached_in: dict[int, int] = {}  # record -> how many of its ids are cached
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -90,13 +106,29 @@ class DedupCache:
                 expires_at = now + ttl
         while len(self._ids) >= self.size:
             self._drop(next(iter(self._ids)))
-        record = 0
-        if self.store is not None:
-            record = self.store.enqueue(self._store_key, "", "", b"", key, expires_at_ms=expires_at)
-        self._ids[key] = record
+        self._ids[key] = 0  # its record is written as the round starts (_write_batch)
         if expires_at:
             self._expiry[key] = expires_at
-        return record != 0
+        if self.store is None:
+            return False
+        if self._batch is None:
+            self._batch = []
+            self.store.at_round_start(self._write_batch)
+        self._batch.append(key)
+        return True
+
+    def _write_batch(self) -> None:
+        """The round starts: one record for the ids it brought that are still cached."""
+        batch, self._batch = self._batch or [], None
+        ids, expiry = self._ids, self._expiry
+        fresh = [key for key in batch if ids.get(key) == 0]
+        if not fresh or self.store is None:
+            return
+        body = b"".join(_ENTRY.pack(expiry.get(key, 0), len(key)) + key for key in fresh)
+        record = self.store.enqueue(self._store_key, "", "", b"", body)
+        for key in fresh:
+            ids[key] = record  # an existing key keeps its place in the order
+        self._cached_in[record] = len(fresh)
 
     def _expire_oldest(self, now: int) -> None:
         ids, expiry = self._ids, self._expiry
@@ -110,23 +142,34 @@ class DedupCache:
     def _drop(self, key: bytes) -> None:
         record = self._ids.pop(key)
         self._expiry.pop(key, None)
-        if record and self.store is not None:
+        if record:
+            self._release(record)
+
+    def _release(self, record: int) -> None:
+        left = self._cached_in[record] - 1
+        if left:
+            self._cached_in[record] = left
+            return
+        del self._cached_in[record]
+        if self.store is not None:
             self.store.remove(self._store_key, record)
 
-    def restore(self, ids: Iterable[tuple[int, int, bytes]]) -> None:
-        """Start-up: (record id, expires at, key) in the order they were added. Expired ones
-        and the oldest beyond the size are dropped from the store."""
+    def restore(self, records: Iterable[tuple[int, bytes]]) -> None:
+        """Start-up: each record (its id, its body) oldest first. Expired ids, and the
+        oldest beyond the size, are not kept; nor is a record left with no id."""
         now = self._now_ms()
-        for record, expires_at, key in ids:
-            if expires_at and expires_at <= now:
-                if self.store is not None:
-                    self.store.remove(self._store_key, record)
-                continue
-            if key in self._ids:  # cannot happen unless a record was written twice
-                self._drop(key)
-            self._ids[key] = record
-            if expires_at:
-                self._expiry[key] = expires_at
+        for record, body in records:
+            self._cached_in[record] = 1  # held while it is read
+            for expires_at, key in _entries(body):
+                if expires_at and expires_at <= now:
+                    continue
+                if key in self._ids:  # a later copy of the id wins
+                    self._drop(key)
+                self._ids[key] = record
+                self._cached_in[record] += 1
+                if expires_at:
+                    self._expiry[key] = expires_at
+            self._release(record)
         while len(self._ids) > self.size:
             self._drop(next(iter(self._ids)))
 

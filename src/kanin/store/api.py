@@ -130,6 +130,13 @@ class MessageStore(Protocol):
         registered now hear that round's outcome (or a later, failing one's)."""
         ...
 
+    def at_round_start(self, opener: Callable[[], None]) -> None:
+        """Call `opener` once, on the loop, as the commit round that `pending_round` names
+        starts, before it takes what was recorded: what it records goes into that round.
+        A deduplicating exchange writes the ids of a whole round as one record this way.
+        That round starts on a later loop turn even if nothing else is recorded."""
+        ...
+
     def recover(self) -> dict[str, list[Recovered]]:
         """Start-up (core/persistence.py) calls this once, before any write: per queue key
         (records.queue_key), its live messages in id order. No body is read."""

@@ -82,11 +82,15 @@ class GroupCommitter:
         self._write_failing = False  # the last write of records failed (logged once)
         self.on_written: Callable[[Landed], None] | None = None
         self.prelude: Callable[[], Prelude | None] | None = None
+        # Called once, on the loop, as the next round starts: what they append goes in it.
+        self._openers: list[Callable[[], None]] = []
         self.on_round_end: Callable[[], None] | None = None
 
     @property
     def idle(self) -> bool:
-        return not (self._running or self._chunks or self._waiters or self._deletes)
+        return not (
+            self._running or self._chunks or self._waiters or self._deletes or self._openers
+        )
 
     def append(self, segment: int, data: bytes, message_id: int = 0, *, lazy: bool = False) -> None:
         self._chunks.append((segment, data))
@@ -95,6 +99,12 @@ class GroupCommitter:
             self._kick()
         elif self._lazy_timer is None:
             self._arm_lazy_write()
+
+    def at_round_start(self, opener: Callable[[], None]) -> None:
+        """Call `opener` as the next round starts (before it takes what is appended), so
+        that what it appends goes into that round, which starts on the next loop turn."""
+        self._openers.append(opener)
+        self._kick()
 
     def after_commit(self, waiter: Waiter) -> None:
         self._waiters.append(waiter)
@@ -125,6 +135,9 @@ class GroupCommitter:
         self._kick_scheduled = False
         if self._running or self.idle or self._closed:
             return  # closed: what is still appended is lost, as in a crash
+        openers, self._openers = self._openers, []
+        for opener in openers:
+            opener()
         chunks, self._chunks = self._chunks, []
         ids, self._chunk_ids = self._chunk_ids, []
         waiters, self._waiters = self._waiters, []

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -295,8 +295,9 @@ class FileStore:
         """Read the segment's live records off the loop, then write them again (same ids)
         to the active segment; the old file is deleted once it holds nothing live."""
         state.compacting = True
-        live_ids = {i for i, where in self._where.items() if where >> _SEGMENT_SHIFT == segment}
-        future = self._loop.run_in_executor(None, self._segments.read_enqueues, segment, live_ids)
+        # Every ENQUEUE of the segment is read off the loop; `_rewrite` keeps the live ones.
+        # (Asking the index which ids live there would walk every live message, on the loop.)
+        future = self._loop.run_in_executor(None, self._segments.read_enqueues, segment)
         future.add_done_callback(lambda done: self._rewrite(segment, done))
 
     def _rewrite(self, segment: int, done: asyncio.Future[list[records.Record]]) -> None:
@@ -312,7 +313,7 @@ class FileStore:
         for record in done.result():
             location = self._where.get(record.id)
             if location is None or location >> _SEGMENT_SHIFT != segment:
-                continue  # removed while we were reading
+                continue  # not live here: removed (maybe while we read), or moved before
             # Until the copy is on disk it is read from memory; the old file stays till then.
             self._place_live(record.id, records.encode(record))
             returns = self._delivered.get(record.id)
@@ -378,6 +379,9 @@ class FileStore:
 
     def pending_round(self) -> int:
         return self._committer.pending_round
+
+    def at_round_start(self, opener: Callable[[], None]) -> None:
+        self._committer.at_round_start(opener)
 
     def _place(self, data: bytes, message_id: int = 0, *, lazy: bool = False) -> int:
         """Choose the segment for a record (a new one past the size limit) and queue it;

@@ -10,7 +10,7 @@ loop turn with True, since nothing is written and nothing can fail.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kanin.store.api import Content, Reader, Recovered, Waiter
@@ -74,6 +74,9 @@ class MemoryStore:
 
     def after_commit(self, waiter: Waiter) -> None:
         self.loop.call_soon(waiter, True)
+
+    def at_round_start(self, opener: Callable[[], None]) -> None:
+        self.loop.call_soon(opener)
 
     def pending_round(self) -> int:
         return 0  # nothing is written, nothing fails

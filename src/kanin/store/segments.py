@@ -286,13 +286,14 @@ class SegmentLog:
         if reader is not None:
             os.close(reader[0])
 
-    def read_enqueues(self, number: int, ids: set[int]) -> list[records.Record]:
-        """The ENQUEUE records of `ids` in a closed segment (compaction; worker thread)."""
+    def read_enqueues(self, number: int, ids: set[int] | None = None) -> list[records.Record]:
+        """The ENQUEUE records in a closed segment, of `ids` only if given (compaction;
+        worker thread: the caller picks the live ones on the loop)."""
         data = segment_path(self.directory, number).read_bytes()
         return [
             record
             for _, record in records.scan(data, self._versions.get(number))
-            if record.type == records.ENQUEUE and record.id in ids
+            if record.type == records.ENQUEUE and (ids is None or record.id in ids)
         ]
 
     # -- recovery (start-up) --------------------------------------------------------------

@@ -10,9 +10,9 @@ Where kanin differs from the plugin, on purpose:
 - a duplicate is confirmed to its publisher (basic.ack) and never returned, even when
   mandatory: a publisher that retransmits until it is confirmed must see its retransmit
   absorbed, not bounced;
-- a durable exchange keeps its ids on disk whatever `x-cache-persistence` says: each id
-  is written in the same commit round as the message that brought it, and that message's
-  confirm waits for the round, so a message confirmed before a crash and sent again after
+- a durable exchange keeps its ids on disk whatever `x-cache-persistence` says: the ids
+  of a commit round are written in that round, as one record, and a message's confirm
+  waits for the round, so a message confirmed before a crash and sent again after
   the restart is still a duplicate. A transient exchange keeps its ids in memory.
 - a full cache evicts its oldest id, not an arbitrary one.
 """
@@ -125,7 +125,7 @@ class DedupExchange(Exchange):
             return
         contents = cache.store.read(key, [r.id for r in recovered])
         cache.restore(
-            (r.id, r.expires_at_ms, content.body)
+            (r.id, content.body)
             for r, content in zip(recovered, contents, strict=True)
             if content is not None
         )
