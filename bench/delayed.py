@@ -1,7 +1,13 @@
 """Delayed messages in kanin: memory and start-up with millions pending, and lateness.
 
-    python bench/delayed.py                        # ~15 minutes; bench/results/delayed.md
-    python bench/delayed.py --pending 200000 --due 50000 --out /tmp/delayed.md   # a try
+    python bench/delayed.py      # ~25 minutes: bench/results/delayed.md, dedup.md, retry.md
+    python bench/delayed.py --pending 200000 --due 50000 --only-delayed --out /tmp/d.md  # a try
+
+The report also holds, unless --only-delayed, the other costs of the same family measured
+by their own scripts, run from here: deduplication (bench/dedup.py: scenario d of
+bench/compare.py through a deduplicating exchange, memory per cached id) and poison
+messages and retries beside RabbitMQ 3.10 (bench/retry.py: a quorum queue's delivery limit,
+and kanin's retry backoff against RabbitMQ's TTL and dead-letter retry queue).
 
 One kanin server, a durable x-delayed-message exchange (x-delayed-type direct) bound to one
 durable queue; messages are persistent, 16-byte bodies, published with confirms (window
@@ -29,6 +35,7 @@ import platform
 import signal
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import time
@@ -225,6 +232,25 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
     )
 
 
+def other_reports() -> str:
+    """Run bench/dedup.py and bench/retry.py (each writes its own result file) and return
+    their reports, to follow this one."""
+    sections = []
+    for script in ("dedup.py", "retry.py"):
+        done = subprocess.run(
+            [sys.executable, str(Path(__file__).parent / script)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        report = (ROOT / "bench" / "results" / script.replace(".py", ".md")).read_text()
+        # One heading level down, to sit under this report's.
+        lines = ("#" + line if line.startswith("#") else line for line in report.splitlines())
+        sections.append("\n".join(lines) + "\n")
+        print(done.stderr[-2000:], file=sys.stderr)
+    return "\n".join(sections)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -233,10 +259,13 @@ def main() -> int:
     parser.add_argument("--due", type=int, default=300_000, help="messages in the lateness run")
     parser.add_argument("--rate", type=float, default=10_000.0, help="due per second")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "delayed.md")
+    parser.add_argument("--only-delayed", action="store_true", help="skip dedup.py, retry.py")
     args = parser.parse_args()
     result = run(args)
     print(result, file=sys.stderr)
     report = render(result, args)
+    if not args.only_delayed:
+        report += "\n" + other_reports()
     args.out.write_text(report)
     print(report)
     return 0

@@ -295,9 +295,15 @@ class FileStore:
         """Read the segment's live records off the loop, then write them again (same ids)
         to the active segment; the old file is deleted once it holds nothing live."""
         state.compacting = True
-        # Every ENQUEUE of the segment is read off the loop; `_rewrite` keeps the live ones.
-        # (Asking the index which ids live there would walk every live message, on the loop.)
-        future = self._loop.run_in_executor(None, self._segments.read_enqueues, segment)
+        # The worker asks the index about each record it finds (a dict lookup, safe from a
+        # thread); `_rewrite` checks again on the loop. Asking the index which ids live in
+        # the segment instead would walk every live message, on the loop.
+        base, where = segment << _SEGMENT_SHIFT, self._where
+
+        def live(message_id: int, offset: int) -> bool:
+            return where.get(message_id) == base | offset
+
+        future = self._loop.run_in_executor(None, self._segments.read_enqueues, segment, live)
         future.add_done_callback(lambda done: self._rewrite(segment, done))
 
     def _rewrite(self, segment: int, done: asyncio.Future[list[records.Record]]) -> None:

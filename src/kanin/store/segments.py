@@ -52,7 +52,7 @@ import shutil
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from kanin.store import manifest, records
@@ -286,14 +286,18 @@ class SegmentLog:
         if reader is not None:
             os.close(reader[0])
 
-    def read_enqueues(self, number: int, ids: set[int] | None = None) -> list[records.Record]:
-        """The ENQUEUE records in a closed segment, of `ids` only if given (compaction;
-        worker thread: the caller picks the live ones on the loop)."""
+    def read_enqueues(self, number: int, live: Callable[[int, int], bool]) -> list[records.Record]:
+        """The ENQUEUE records in a closed segment that `live(id, offset)` says are live
+        (compaction, on a worker thread). The segment is summarised (SummaryScan: one
+        unpack and a checksum a record) and only the live records are decoded: parsing
+        every record of a segment would hold the interpreter from the event loop."""
         data = segment_path(self.directory, number).read_bytes()
+        version = self._versions.get(number)
+        summaries = records.SummaryScan(data, version)
         return [
-            record
-            for _, record in records.scan(data, self._versions.get(number))
-            if record.type == records.ENQUEUE and (ids is None or record.id in ids)
+            records.decode(records.payload_at(data, offset), summaries.version or records.VERSION)
+            for offset, type_, id_, *_ in summaries
+            if type_ == records.ENQUEUE and live(id_, offset)
         ]
 
     # -- recovery (start-up) --------------------------------------------------------------
