@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from contextlib import suppress
 from typing import Any
 
 import aio_pika
@@ -25,14 +23,6 @@ TIMED_OUT = (
     "value used: {timeout} ms. This timeout value can be configured, see consumers doc guide "
     "to learn more"
 )
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika_connect(broker.url)
-    yield connection
-    with suppress(Exception):
-        connection.close()
 
 
 def closed_reason(channel: BlockingChannel) -> list[tuple[int, str]]:

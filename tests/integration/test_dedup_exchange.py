@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -26,19 +24,11 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import ChannelClosedByBroker
 
-from helpers import pika_connect, settle, start_kanin
+from helpers import settle, start_kanin
 
 pytestmark = pytest.mark.kanin_only
 
 DEDUP = "x-message-deduplication"
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika_connect(broker.url)
-    yield connection
-    with suppress(Exception):
-        connection.close()
 
 
 def dedup_exchange(channel: BlockingChannel, name: str = "dedup", **arguments: Any) -> str:

@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import suppress
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -26,19 +24,11 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
-from helpers import pika_connect, start_kanin
+from helpers import start_kanin
 
 pytestmark = pytest.mark.kanin_only
 
 DELAYED = "x-delayed-message"
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika_connect(broker.url)
-    yield connection
-    with suppress(Exception):
-        connection.close()
 
 
 def delayed(channel: BlockingChannel, name: str = "later", kind: str = "direct") -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +17,12 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import ChannelClosedByBroker
 
-from helpers import pika_connect, process_events_until, start_kanin
+from helpers import process_events_until, start_kanin
 
 pytestmark = pytest.mark.kanin_only
 
 DEAD = "dead"
 DLX = {"x-dead-letter-exchange": "", "x-dead-letter-routing-key": DEAD}
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika_connect(broker.url)
-    yield connection
-    with suppress(Exception):
-        connection.close()
 
 
 def confirming(conn: BlockingConnection) -> BlockingChannel:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import suppress
 from typing import Any
 
 import pika
@@ -22,18 +21,10 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
-from helpers import delete_afterwards, pika_connect, process_events_until
+from helpers import delete_afterwards, process_events_until
 
 Args = dict[str, Any]
 QUORUM: Args = {"x-queue-type": "quorum"}
-
-
-@pytest.fixture
-def conn(broker: Any) -> Iterator[BlockingConnection]:
-    connection = pika_connect(broker.url)
-    yield connection
-    with suppress(Exception):
-        connection.close()
 
 
 @pytest.fixture

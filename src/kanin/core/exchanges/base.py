@@ -67,6 +67,11 @@ class Exchange:
         self.bindings: dict[tuple[Any, ...], Binding] = {}
         # Bindings in which this exchange is the destination (exchange-to-exchange).
         self.bound_from: dict[tuple[Any, ...], Binding] = {}
+        self.configure()
+
+    def configure(self) -> None:
+        """A type with arguments of its own checks and reads them here (an AMQPError
+        refuses the declare: the exchange is not made)."""
 
     @property
     def alternate_exchange(self) -> str | None:

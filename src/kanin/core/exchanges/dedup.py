@@ -59,15 +59,7 @@ class DedupExchange(Exchange):
     type_name = "x-message-deduplication"
     intercepts = True
 
-    def __init__(
-        self,
-        name: str,
-        durable: bool = False,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(name, durable, auto_delete, internal, arguments)
+    def configure(self) -> None:
         # The plugin's checks and words (its exchange's validate/1).
         try:
             size = _positive(self.arguments, "x-cache-size")

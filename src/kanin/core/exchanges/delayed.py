@@ -80,15 +80,7 @@ class DelayedExchange(Exchange):
     type_name = "x-delayed-message"
     intercepts = True
 
-    def __init__(
-        self,
-        name: str,
-        durable: bool = False,
-        auto_delete: bool = False,
-        internal: bool = False,
-        arguments: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(name, durable, auto_delete, internal, arguments)
+    def configure(self) -> None:
         kind = self.arguments.get("x-delayed-type")
         if not isinstance(kind, str):
             # The plugin's words, verbatim.
@@ -100,7 +92,7 @@ class DelayedExchange(Exchange):
         if routes_as is None:
             raise ConnectionError_(C.COMMAND_INVALID, f"unknown exchange type '{kind}'")
         # The exchange it routes as holds the bindings (and indexes them, for topics).
-        self._router = routes_as(name, durable, auto_delete, internal, {})
+        self._router = routes_as(self.name, self.durable, self.auto_delete, self.internal, {})
         self.bindings = self._router.bindings
         self._vhost: VirtualHost | None = None
         self._store: MessageStore | None = None
