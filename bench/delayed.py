@@ -58,6 +58,7 @@ EXCHANGE, QUEUE, KEY = "bench.delayed", "bench.delayed.q", "d"
 # (its due time is computed when it is written; any wait after that counts as lateness).
 WINDOW = 256
 WRITE_BATCH = 8
+PUBLISH_RATE = 5000  # a second, in the lateness run
 BODY = struct.Struct(">Q8x")  # due time, UNIX ms; padded to 16 bytes
 _PROPS = 0x2000 | 0x1000  # headers and delivery mode
 _TABLE = struct.Struct(">I B7s c i")  # table length, "x-delay" (shortstr), 'I', value
@@ -90,9 +91,11 @@ class Publisher(ChannelHandler):
     def on_nack(self, tag: int, multiple: bool) -> None:
         raise RuntimeError("a delayed publish was nacked")
 
-    async def run(self, dues: Any) -> None:
-        """Publish one message per due time (an iterable of UNIX ms), WINDOW unconfirmed."""
+    async def run(self, dues: Any, rate: float | None = None) -> None:
+        """Publish one message per due time (an iterable of UNIX ms), WINDOW unconfirmed;
+        at most `rate` a second if given."""
         batch: list[bytes] = []
+        started = time.monotonic()
         for due in dues:
             batch.append(publish_frames(due, int(time.time() * 1000)))
             self.sent += 1
@@ -104,6 +107,10 @@ class Publisher(ChannelHandler):
                     await self.wake.wait()
                 if not self.conn.writable:
                     await self.conn.wait_writable()
+                if rate is not None:
+                    ahead = started + self.sent / rate - time.monotonic()
+                    if ahead > 0:
+                        await asyncio.sleep(ahead)
         if batch:
             self.conn.write(b"".join(batch))
         while self.confirmed < self.sent:
@@ -145,13 +152,13 @@ async def setup(uri: str) -> None:
     await conn.close()
 
 
-async def publish(uri: str, dues: Any) -> float:
+async def publish(uri: str, dues: Any, rate: float | None = None) -> float:
     conn = await connect(parse_uri(uri))
     publisher = Publisher(conn)
     await conn.open_channel(publisher)
     await publisher.call(commands.Confirm.Select(), commands.Confirm.SelectOk)
     started = time.monotonic()
-    await publisher.run(dues)
+    await publisher.run(dues, rate)
     elapsed = time.monotonic() - started
     await conn.close()
     return publisher.sent / elapsed
@@ -162,9 +169,13 @@ async def lateness(uri: str, count: int, rate: float) -> list[float]:
     consumer = LatenessConsumer(conn, count)
     await conn.open_channel(consumer)
     await consumer.call(commands.Basic.Consume(queue=QUEUE, no_ack=True), commands.Basic.ConsumeOk)
-    # Due from a little after the last confirm (publishing M takes about M / 20,000 s).
-    start_ms = int(time.time() * 1000) + int(count / 15_000 * 1000) + 3000
-    await publish(uri, (start_ms + int(i * 1000 / rate) for i in range(count)))
+    # Published at PUBLISH_RATE, well below what the broker takes, so that a publish does
+    # not wait in the socket (x-delay counts from when the broker reads it, the due time in
+    # the body from when it was written: such a wait would count as lateness); due from a
+    # little after the last confirm.
+    start_ms = int(time.time() * 1000) + int(count / PUBLISH_RATE * 1000) + 3000
+    dues = (start_ms + int(i * 1000 / rate) for i in range(count))
+    await publish(uri, dues, PUBLISH_RATE)
     await asyncio.wait_for(consumer.done.wait(), count / rate + 120)
     await conn.close()
     return sorted(consumer.lateness_ms)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kanin.core.delay_schedule import Bucket, DelaySchedule
+from kanin.core.delay_schedule import FAR_MS, Bucket, DelaySchedule
 from kanin.core.exchanges.delayed import delay_of
 from kanin.testing.clock import FakeScheduler
 
@@ -87,27 +87,48 @@ def test_which_x_delay_values_delay(value: Any, delay: int | None) -> None:
     assert delay_of({"x-delay": value}) == delay
 
 
-def test_messages_due_later_wait_in_a_seconds_bucket_and_still_come_out_on_the_ms() -> None:
+def test_messages_due_later_wait_in_a_far_bucket_and_still_come_out_on_the_ms() -> None:
     clock, delays, out = schedule()
     now = delays.now_ms()
-    delays.add_id(now + 5_432, 2)
-    delays.add_item(now + 5_432, "two")
+    assert now % FAR_MS == 0  # so that the two below share a far bucket
+    delays.add_id(now + 5_032, 2)
+    delays.add_item(now + 5_032, "two")
     delays.add_id(now + 5_001, 1)
     delays.add_id(now + 100, 0)
-    assert len(delays._seconds) == 1 and delays.pending == 4
+    assert len(delays._far) == 1 and delays.pending == 4
     clock.advance(5.000)
     assert [ids for _, buckets in out for ids, _ in buckets] == [[0]]
     clock.advance(0.0015)
-    clock.advance(0.431)
+    clock.advance(0.031)
     assert [(when, ids, items) for when, buckets in out for ids, items in buckets][1:] == [
         (pytest.approx(1005.001), [1], None),
-        (pytest.approx(1005.432), [2], ["two"]),
+        (pytest.approx(1005.032), [2], ["two"]),
     ]
     assert delays.pending == 0 and clock.pending_timers == 0
 
 
-def test_clear_takes_the_seconds_buckets_too() -> None:
+def test_clear_takes_the_far_buckets_too() -> None:
     _, delays, _ = schedule()
     delays.add_id(delays.now_ms() + 60_000, 7)
     delays.add_item(delays.now_ms() + 60_000, "x")
     assert [(list(b.ids), b.items) for b in delays.clear()] == [([7], ["x"])]
+
+
+def test_with_a_lead_buckets_come_out_that_much_early_knowing_when_they_are_due() -> None:
+    clock = FakeScheduler()
+    out: list[tuple[float, list[int]]] = []
+    delays: DelaySchedule[str] = DelaySchedule(
+        clock, lambda buckets: out.extend((clock.time(), [b.due_ms]) for b in buckets), 100
+    )
+    now = delays.now_ms()
+    delays.add_id(now + 300, 1)
+    delays.add_id(now + 50, 2)  # sooner than the lead: at once
+    delays.add_id(now + 5_000, 3)  # by way of a far bucket
+    clock.advance(0)
+    assert out == [(pytest.approx(1000.0), [now + 50])]
+    clock.advance(0.199)
+    assert len(out) == 1
+    clock.advance(0.002)
+    assert out[1] == (pytest.approx(1000.2, abs=0.002), [now + 300])
+    clock.advance(4.7)
+    assert out[2] == (pytest.approx(1004.9, abs=0.002), [now + 5_000])

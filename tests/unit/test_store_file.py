@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kanin.store import records, segments
+from kanin.store import record_reads, records, segments
 from kanin.store.api import Content
 from kanin.store.file_store import FileStore
 from kanin.store.records import FILE_HEADER
@@ -268,9 +268,7 @@ class GatedLog(FaultySegmentLog):
         super().__init__(directory)
         self.gate = threading.Event()
 
-    def read_enqueues(
-        self, number: int, live: Callable[[int, int], bool]
-    ) -> list[records.Record]:
+    def read_enqueues(self, number: int, live: Callable[[int, int], bool]) -> list[records.Record]:
         assert self.gate.wait(10), "the test never opened the gate"
         return super().read_enqueues(number, live)
 
@@ -663,7 +661,8 @@ async def test_read_follows_a_message_that_compaction_moved(files: Harness) -> N
     assert contents(files, live) == [(m.header, m.body) for m in live]
     await settle(files)
     assert not (files.directory / f"{1:012d}.log").exists()
-    assert 1 not in files.file._segments._readers  # no descriptor kept on a deleted file
+    # No descriptor kept on a deleted file.
+    assert 1 not in files.file._segments._readers and 1 not in files.file._segments._loop_readers
     assert contents(files, live) == [(m.header, m.body) for m in live]
 
 
@@ -695,7 +694,7 @@ async def test_neighbours_share_a_read_and_a_big_record_comes_whole(
     harness = Harness.open("file", tmp_path / "store", segment_bytes=4 * 1024 * 1024)
     try:
         small = [harness.enqueue(Q1, body(i, 500)) for i in range(100)]
-        big = harness.enqueue(Q1, os.urandom(3 * segments.READ_GAP_BYTES))
+        big = harness.enqueue(Q1, os.urandom(3 * record_reads.READ_GAP_BYTES))
         after = harness.enqueue(Q1, b"after the big one")
         assert await harness.commit() is True
         calls: list[int] = []
@@ -751,14 +750,15 @@ async def test_messages_wanted_next_are_fetched_ahead(
                 spans.setdefault(int(path.stem), []).append(offset)
     assert len(spans) > 1
     expected_hints = sorted(
-        (min(offsets), max(offsets) - min(offsets) + segments.READ_GAP_BYTES)
+        (min(offsets), max(offsets) - min(offsets) + record_reads.READ_GAP_BYTES)
         for offsets in spans.values()
     )
     assert sorted(advised) == expected_hints
 
 
 class ReadGatedLog(SegmentLog):
-    """Reads back (on the store's reader thread) wait for the test to open the gate."""
+    """Reads back (on the store's reader thread) wait for the test to open the gate; the
+    page cache holds nothing, so the loop never reads for itself."""
 
     def __init__(self, directory: Path) -> None:
         super().__init__(directory)
@@ -766,7 +766,11 @@ class ReadGatedLog(SegmentLog):
         self.gate = threading.Event()
         self.threads: set[str] = set()
 
-    def read(self, number: int, offsets: list[int]) -> list[records.Record | None]:
+    def read(
+        self, number: int, offsets: list[int], *, cached_only: bool = False
+    ) -> list[records.Record | None]:
+        if cached_only:
+            raise BlockingIOError("a slow disk: nothing in the page cache")
         self.threads.add(threading.current_thread().name)
         self.entered.set()
         assert self.gate.wait(10), "the test never opened the gate"
@@ -827,6 +831,7 @@ async def test_a_segment_is_not_deleted_under_a_read_in_flight(tmp_path: Path) -
         assert await files.commit() is True  # what waited for the read goes now
         assert not (tmp_path / f"{1:012d}.log").exists()
         assert 1 not in files.file._segments._readers
+        assert 1 not in files.file._segments._loop_readers
         assert files.store.read(Q1, [m.id for m in rest]) == [content_of(m) for m in rest]
     finally:
         log.gate.set()

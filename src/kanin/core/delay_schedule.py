@@ -3,11 +3,12 @@
 The timing wheel (core/timing_wheel.py) holds one entry per bucket, not per message, in two
 tiers. Messages due within NEAR_MS share a bucket per due millisecond: a compact array of
 their store ids (8 bytes each) plus a list for those kept in memory only. Messages due later
-share a bucket per second, with their due times beside their ids (16 bytes a message); that
-bucket's wheel entry comes up NEAR_MS before its second starts, and its messages move to
-their millisecond buckets then. So pending messages cost a few bytes each here, however
-sparse their due times; the store's index of their records is the rest
-(store/file_store.py). One scheduler timer is armed for the wheel's next due time; when it
+share a bucket per FAR_MS, with their due times beside their ids (16 bytes a message); that
+bucket's wheel entry comes up NEAR_MS before its span starts, and its messages move to
+their millisecond buckets then (a span short enough that the move, one burst of work on the
+loop, stays short at ten thousand messages due a second). So pending messages cost a few
+bytes each here, however sparse their due times; the store's index of their records is the
+rest (store/file_store.py). One scheduler timer is armed for the wheel's next due time; when it
 fires, `advance` hands back what is due, buckets in due order and each in the order its
 messages were added. Nothing ever looks at every pending message.
 
@@ -28,21 +29,23 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-NEAR_MS = 2000  # due sooner than this: a millisecond bucket; later: a second's bucket
+NEAR_MS = 2000  # due sooner than this: a millisecond bucket; later: a far bucket
+FAR_MS = 100  # the span of a far bucket
 
 
 class Bucket(Generic[T]):
     """What is due in one millisecond: store ids and in-memory items, each in order."""
 
-    __slots__ = ("ids", "items")
+    __slots__ = ("due_ms", "ids", "items")
 
-    def __init__(self) -> None:
+    def __init__(self, due_ms: int) -> None:
+        self.due_ms = due_ms
         self.ids = array("q")
         self.items: list[T] | None = None
 
 
-class SecondBucket(Generic[T]):
-    """What is due in one second, NEAR_MS or more ahead: ids, their due times, and items."""
+class FarBucket(Generic[T]):
+    """What is due in one FAR_MS span, NEAR_MS or more ahead: ids, their due times, items."""
 
     __slots__ = ("dues", "ids", "items")
 
@@ -53,11 +56,21 @@ class SecondBucket(Generic[T]):
 
 
 class DelaySchedule(Generic[T]):
-    def __init__(self, scheduler: Scheduler, on_due: Callable[[list[Bucket[T]]], None]) -> None:
+    """Hands buckets to `on_due` lead_ms before they are due (the caller may want time to
+    read their messages back), in due order."""
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        on_due: Callable[[list[Bucket[T]]], None],
+        lead_ms: int = 0,
+    ) -> None:
+        assert 0 <= lead_ms < NEAR_MS
         self._scheduler = scheduler
         self._on_due = on_due
+        self._lead_ms = lead_ms
         self._buckets: dict[int, Bucket[T]] = {}  # due ms -> bucket
-        self._seconds: dict[int, SecondBucket[T]] = {}  # second -> its far bucket
+        self._far: dict[int, FarBucket[T]] = {}  # due ms // FAR_MS -> its far bucket
         self._wheel: TimingWheel[int] = TimingWheel(now_ms=self.now_ms())
         self._timer: Cancellable | None = None
         self._timer_due = 0
@@ -73,7 +86,7 @@ class DelaySchedule(Generic[T]):
     def add_id(self, due_ms: int, store_id: int) -> None:
         self.pending += 1
         if due_ms - self.now_ms() >= NEAR_MS:
-            far = self._second(due_ms)
+            far = self._far_bucket(due_ms)
             far.ids.append(store_id)
             far.dues.append(due_ms)
         else:
@@ -82,7 +95,7 @@ class DelaySchedule(Generic[T]):
     def add_item(self, due_ms: int, item: T) -> None:
         self.pending += 1
         if due_ms - self.now_ms() >= NEAR_MS:
-            far = self._second(due_ms)
+            far = self._far_bucket(due_ms)
             if far.items is None:
                 far.items = []
             far.items.append((due_ms, item))
@@ -92,19 +105,20 @@ class DelaySchedule(Generic[T]):
             bucket.items = []
         bucket.items.append(item)
 
-    def _second(self, due_ms: int) -> SecondBucket[T]:
-        second = due_ms // 1000
-        far = self._seconds.get(second)
+    def _far_bucket(self, due_ms: int) -> FarBucket[T]:
+        span = due_ms // FAR_MS
+        far = self._far.get(span)
         if far is None:
-            far = self._seconds[second] = SecondBucket()
-            # Negative: the wheel's entry names a second's bucket, not a due millisecond.
-            self._wheel.insert(-second, second * 1000 - NEAR_MS)
-            self._arm(second * 1000 - NEAR_MS, self.now_ms())
+            far = self._far[span] = FarBucket()
+            # Negative: the wheel's entry names a far bucket, not a due millisecond.
+            spread_at = span * FAR_MS - NEAR_MS
+            self._wheel.insert(-span, spread_at)
+            self._arm(spread_at, self.now_ms())
         return far
 
-    def _spread(self, second: int) -> None:
-        """A second's bucket is near now: its messages go to their millisecond buckets."""
-        far = self._seconds.pop(second)
+    def _spread(self, span: int) -> None:
+        """A far bucket is near now: its messages go to their millisecond buckets."""
+        far = self._far.pop(span)
         for due_ms, store_id in zip(far.dues, far.ids, strict=True):
             self._bucket(due_ms).ids.append(store_id)
         for due_ms, item in far.items or ():
@@ -116,10 +130,11 @@ class DelaySchedule(Generic[T]):
     def _bucket(self, due_ms: int) -> Bucket[T]:
         bucket = self._buckets.get(due_ms)
         if bucket is None:
-            bucket = self._buckets[due_ms] = Bucket()
-            self._wheel.insert(due_ms, due_ms)  # one already past comes back next advance
+            bucket = self._buckets[due_ms] = Bucket(due_ms)
+            handed_at = due_ms - self._lead_ms
+            self._wheel.insert(due_ms, handed_at)  # one already past comes back next advance
             now = self.now_ms()
-            self._arm(max(due_ms, now), now)
+            self._arm(max(handed_at, now), now)
         return bucket
 
     def _arm(self, due_ms: int, now_ms: int) -> None:
@@ -135,10 +150,10 @@ class DelaySchedule(Generic[T]):
         self._timer = None
         now = self.now_ms()
         due_keys = self._wheel.advance(now)
-        seconds = [-key for key in due_keys if key < 0]
-        if seconds:
-            for second in seconds:
-                self._spread(second)
+        spans = [-key for key in due_keys if key < 0]
+        if spans:
+            for span in spans:
+                self._spread(span)
             # Spreading may have made millisecond buckets already due: take those too.
             due_keys = [key for key in (*due_keys, *self._wheel.advance(now)) if key >= 0]
         # The wheel hands back those added late (already due) first: sort into due order.
@@ -153,13 +168,13 @@ class DelaySchedule(Generic[T]):
     def clear(self) -> list[Bucket[T]]:
         """Everything pending, taken out (the exchange is deleted)."""
         buckets = list(self._buckets.values())
-        for far in self._seconds.values():
-            bucket: Bucket[T] = Bucket()
+        for span, far in self._far.items():
+            bucket: Bucket[T] = Bucket(span * FAR_MS)
             bucket.ids = far.ids
             bucket.items = [item for _, item in far.items] if far.items else None
             buckets.append(bucket)
         self._buckets.clear()
-        self._seconds.clear()
+        self._far.clear()
         self._wheel = TimingWheel(now_ms=self.now_ms())
         if self._timer is not None:
             self._timer.cancel()

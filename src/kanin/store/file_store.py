@@ -11,13 +11,12 @@ How this works:
   points a moved message at its copy only once the copy is on disk, and a segment is
   deleted only when nothing live is in it, so a location never names a deleted file.
 - Reading back (`read_later`): the loop finds where each record is (the location map is
-  the loop's), answers records still in `_pending` from memory, and hands the rest to
-  one reader thread, which preads them through the log's read descriptors and asks the
-  kernel to fetch the records named in `ahead`; the answer comes back to the loop. The
-  segments a read needs are pinned until it is back: reclaiming (oldest first) stops at
-  a pinned segment, so neither its file nor its descriptor goes under a read in flight.
-  Every pread runs on that thread (`read`, the blocking form tests use, hands its disk
-  part to it too), so the descriptor cache has one user.
+  the loop's), answers records still in `_pending` from memory, reads a small batch
+  itself if the page cache holds all of it (`_read_cached`), and hands the rest to one
+  reader thread, which preads them and asks the kernel to fetch the records named in
+  `ahead`; the answer comes back to the loop. The segments a thread read needs are pinned
+  until it is back: reclaiming (oldest first) stops at a pinned segment, so neither its
+  file nor its descriptor goes under a read in flight.
 - Space: a segment with nothing live is deleted, oldest first (its REMOVE records may
   cancel ENQUEUEs in older files); a closed segment that is mostly dead is compacted:
   its live records are read on a worker thread and written again to the active segment.
@@ -43,8 +42,9 @@ from pathlib import Path
 from kanin.store import records
 from kanin.store.api import Content, Reader, Recovered, Waiter
 from kanin.store.committer import GroupCommitter, Landed
+from kanin.store.record_reads import READ_GAP_BYTES
 from kanin.store.recovered_index import EnqueuedColumns
-from kanin.store.segments import READ_GAP_BYTES, SegmentLog
+from kanin.store.segments import SegmentLog
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,9 @@ class _ReadPlan:
 # written again to the active segment and the old file deleted, so a few long-unacked
 # messages cannot pin gigabytes of acked ones.
 COMPACT_BELOW_LIVE_SHARE = 0.25
+# Reads of at most this many records from the page cache are done on the loop (see
+# _read_cached); bigger ones, whose decoding would hold the loop, go to the reader thread.
+LOOP_READ_MAX = 256
 
 
 class FileStore:
@@ -194,7 +197,7 @@ class FileStore:
         reader thread, answered on the loop."""
         plan = self._plan(message_ids, ahead)
         segments = plan.segments
-        if not segments:
+        if not segments or self._read_cached(plan):
             self._loop.call_soon(done, plan.found)
             return
         self._pin(segments)
@@ -238,6 +241,21 @@ class FileStore:
                 spans[segment] = (min(first, offset), max(last, offset))
         return spans
 
+    def _read_cached(self, plan: _ReadPlan) -> bool:
+        """A small read the page cache holds whole (what was just written, say), on the
+        loop: a reader thread's turn would cost more, as the loop waits for the interpreter
+        lock while it works. False if the read is big or any of it needs the disk."""
+        if sum(map(len, plan.on_disk.values())) > LOOP_READ_MAX:
+            return False
+        try:
+            for segment, wanted in plan.on_disk.items():
+                self._read_segment(segment, plan.message_ids, wanted, plan.found, cached_only=True)
+        except OSError:  # BlockingIOError: not all cached; others are the thread's to report
+            return False
+        for segment, (first, last) in plan.ahead.items():
+            self._segments.advise(segment, first, last - first + READ_GAP_BYTES, on_loop=True)
+        return True
+
     def _read_disk(self, plan: _ReadPlan) -> None:
         """On the reader thread: the records the plan names, then the read-ahead hints."""
         for segment, wanted in plan.on_disk.items():
@@ -261,14 +279,22 @@ class FileStore:
         message_ids: Sequence[int],
         wanted: list[tuple[int, int]],
         found: list[Content | None],
+        cached_only: bool = False,
     ) -> None:
+        """The records a read wants from one segment, into `found`. If `cached_only`, any
+        failure raises OSError (the reader thread then reads it all again and reports)."""
+        offsets = [offset for _, offset in wanted]
         try:
-            got = self._segments.read(segment, [offset for _, offset in wanted])
+            got = self._segments.read(segment, offsets, cached_only=cached_only)
         except OSError as exc:
+            if cached_only:
+                raise
             log.error("cannot read segment %d: %s", segment, exc)
             return
         for (index, offset), record in zip(wanted, got, strict=True):
             if record is None or record.type != records.ENQUEUE or record.id != message_ids[index]:
+                if cached_only:
+                    raise BlockingIOError(f"no valid record at {segment}:{offset}")
                 log.error(
                     "message %d: no valid record at segment %d offset %d",
                     message_ids[index],

@@ -13,14 +13,14 @@ How this works:
   recovery can tell a file the store deleted from one lost outside it.
 - `write` reports where each chunk landed (its offset in its segment): the store learns
   a record's location only once it is on disk, so it never reads what is not there.
-- `read` fetches records by (segment, offset) with pread, through a small cache of
-  read-only descriptors: a deep queue's bodies come back this way, a batch at a time,
-  neighbours in one pread; `advise` asks the kernel to fetch the next batch's bytes
-  meanwhile (posix_fadvise WILLNEED), so they are usually in the page cache when the
-  consumers get there. Both run on the store's reader thread, the only user of the
-  descriptors (it closes the oldest past READERS_MAX itself); the loop only drops the
-  descriptor of a segment it deletes (`close_reader`), which no read in flight needs
-  (the store pins those), so a lock keeps just the cache's dict whole. The store never
+- `read` fetches records by (segment, offset) with pread (record_reads.py), through a
+  small cache of read-only descriptors: a deep queue's bodies come back this way, a batch
+  at a time, neighbours in one pread; `advise` asks the kernel to fetch the next batch's
+  bytes meanwhile (posix_fadvise WILLNEED), so they are usually in the page cache when
+  the consumers get there. Both run on the store's reader thread, or on the loop for a
+  read the page cache answers whole; each has its own descriptors (it closes its oldest
+  past READERS_MAX itself). The loop also drops the descriptors of a segment it deletes
+  (`close_reader`), which no read in flight needs (the store pins those). The store never
   asks for a deleted segment (it deletes only segments with nothing live).
 - `recover` reads every segment in order and yields summaries (records.SummaryScan):
   start-up never copies a body. What it does with damage:
@@ -49,22 +49,15 @@ import contextlib
 import logging
 import os
 import shutil
-import struct
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from kanin.store import manifest, records
+from kanin.store import manifest, record_reads, records
 from kanin.store.errors import RecoveryError
 
 log = logging.getLogger(__name__)
 
 SUFFIX = ".log"
-# Reading back: neighbouring records closer than this share one pread, which also reads
-# this far past the last record's start, so that record usually comes whole with it.
-READ_GAP_BYTES = 64 * 1024
-READ_SPAN_BYTES_MAX = 8 * 1024 * 1024
 # Read-only descriptors kept open (oldest dropped first): one per segment being read.
 READERS_MAX = 16
 
@@ -81,8 +74,9 @@ class SegmentLog:
         self._open_fd = -1
         self.broken = False
         self._retired: list[int] = []  # earlier segments' descriptors, closed after fsync
-        self._readers: OrderedDict[int, tuple[int, int]] = OrderedDict()  # -> (fd, version)
-        self._readers_lock = threading.Lock()  # the reader thread and the loop (see header)
+        # Read descriptors: the reader thread's, and the loop's for page-cache reads.
+        self._readers = record_reads.Descriptors(self._open_reader, READERS_MAX)
+        self._loop_readers = record_reads.Descriptors(self._open_reader, READERS_MAX)
         # The format version of files whose header is damaged, as recovery found it.
         self._versions: dict[int, int] = {}
         self._manifest: manifest.Manifest | None = None  # loaded by recover, or on first use
@@ -229,38 +223,32 @@ class SegmentLog:
         if self._open_fd >= 0:
             os.close(self._open_fd)
         self._open_number, self._open_fd = 0, -1
-        for number in list(self._readers):
-            self.close_reader(number)
+        self._readers.close_all()
+        self._loop_readers.close_all()
 
     # -- reading back (the store's reader thread) -----------------------------------------
 
-    def read(self, number: int, offsets: list[int]) -> list[records.Record | None]:
+    def read(
+        self, number: int, offsets: list[int], *, cached_only: bool = False
+    ) -> list[records.Record | None]:
         """The records at these offsets of a segment, in the order asked; None where the
-        bytes are not a whole valid record. Raises OSError if the file cannot be read."""
-        fd, version = self._reader(number)
-        found: dict[int, records.Record | None] = {}
-        for run in _runs(sorted(set(offsets))):
-            span = os.pread(fd, run[-1] - run[0] + READ_GAP_BYTES, run[0])
-            for offset in run:
-                found[offset] = _record_in(fd, span, run[0], offset, version)
-        return [found[offset] for offset in offsets]
+        bytes are not a whole valid record. Raises OSError if the file cannot be read.
+        `cached_only` (on the loop): BlockingIOError unless every record is in the page
+        cache (see record_reads)."""
+        fd, version = (self._loop_readers if cached_only else self._readers).get(number)
+        return record_reads.read_records(fd, version, offsets, cached_only=cached_only)
 
-    def advise(self, number: int, offset: int, length: int) -> None:
+    def advise(self, number: int, offset: int, length: int, *, on_loop: bool = False) -> None:
         """These bytes of a segment will be read soon: let the kernel start fetching them
         (read-ahead for a deep queue's next batch). Only a hint: failures are ignored."""
         advise = getattr(os, "posix_fadvise", None)
         if advise is None:
             return
         with contextlib.suppress(OSError):
-            advise(self._reader(number)[0], offset, length, os.POSIX_FADV_WILLNEED)
+            fd, _ = (self._loop_readers if on_loop else self._readers).get(number)
+            advise(fd, offset, length, os.POSIX_FADV_WILLNEED)
 
-    def _reader(self, number: int) -> tuple[int, int]:
-        with self._readers_lock:
-            reader = self._readers.get(number)
-            if reader is not None:
-                self._readers.move_to_end(number)
-                return reader
-        # Opened outside the lock: the loop's close_reader must never wait for the disk.
+    def _open_reader(self, number: int) -> tuple[int, int]:
         fd = os.open(segment_path(self.directory, number), os.O_RDONLY)
         try:
             version = self._versions.get(number) or records.file_version(
@@ -272,19 +260,12 @@ class SegmentLog:
         if version is None:
             os.close(fd)
             raise OSError(f"segment {number} has no valid header")
-        with self._readers_lock:
-            self._readers[number] = (fd, version)
-            oldest = next(iter(self._readers)) if len(self._readers) > READERS_MAX else None
-        if oldest is not None:
-            self.close_reader(oldest)
         return fd, version
 
     def close_reader(self, number: int) -> None:
-        """Forget the read descriptor of a segment (it is being deleted, or the oldest)."""
-        with self._readers_lock:
-            reader = self._readers.pop(number, None)
-        if reader is not None:
-            os.close(reader[0])
+        """Forget the read descriptors of a segment being deleted."""
+        self._readers.close(number)
+        self._loop_readers.close(number)
 
     def read_enqueues(self, number: int, live: Callable[[int, int], bool]) -> list[records.Record]:
         """The ENQUEUE records in a closed segment that `live(id, offset)` says are live
@@ -457,33 +438,6 @@ def _cut(path: Path, valid_end: int) -> None:
         file.truncate(valid_end)
         file.flush()
         os.fsync(file.fileno())
-
-
-def _runs(offsets: list[int]) -> Iterator[list[int]]:
-    """Sorted offsets in groups near enough to share one pread."""
-    run: list[int] = []
-    for offset in offsets:
-        if run and (offset - run[-1] > READ_GAP_BYTES or offset - run[0] > READ_SPAN_BYTES_MAX):
-            yield run
-            run = []
-        run.append(offset)
-    if run:
-        yield run
-
-
-def _record_in(fd: int, span: bytes, base: int, offset: int, version: int) -> records.Record | None:
-    """Decode the record at `offset` from `span` (read from `base`); one more pread if the
-    record runs past the span."""
-    try:
-        try:
-            payload = records.payload_at(span, offset - base)
-        except records.CorruptRecord:
-            head = os.pread(fd, records.PREFIX.size, offset)
-            whole = os.pread(fd, records.record_size(head, 0), offset)
-            payload = records.payload_at(whole, 0)
-        return records.decode(payload, version)
-    except (records.CorruptRecord, struct.error, UnicodeDecodeError):
-        return None
 
 
 def _joined(chunks: list[tuple[int, bytes]]) -> list[tuple[int, bytes]]:

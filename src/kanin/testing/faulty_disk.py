@@ -245,11 +245,16 @@ class SlowReads:
 
 @contextmanager
 def slow_reads(delay_s: float) -> Iterator[SlowReads]:
-    """Every SegmentLog.read in the process waits `delay_s` first, until the block ends."""
+    """Every SegmentLog.read in the process waits `delay_s` first, until the block ends;
+    the page cache holds nothing meanwhile (reads from it alone fail at once)."""
     watch = SlowReads(delay_s)
     original = SegmentLog.read
 
-    def read(self: SegmentLog, number: int, offsets: list[int]) -> list[records.Record | None]:
+    def read(
+        self: SegmentLog, number: int, offsets: list[int], *, cached_only: bool = False
+    ) -> list[records.Record | None]:
+        if cached_only:
+            raise BlockingIOError("a slow disk: nothing is in the page cache")
         watch._began()
         try:
             time.sleep(delay_s)

@@ -47,9 +47,11 @@ from kanin.core.queues.base import REFUSED
 from kanin.store.records import exchange_key
 
 if TYPE_CHECKING:
+    from kanin.core.scheduling import Cancellable
     from kanin.core.vhost import VirtualHost
     from kanin.store.api import Content, MessageStore, Recovered
 
+READ_AHEAD_MS = 100  # a due message is read back from the store this long before its time
 KEY_KIND = "delayed"  # its records' key in the store: exchange_key(KEY_KIND, vhost, name)
 MAX_DELAY_MS = 4_294_967_295
 ROUTES_AS: dict[str, type[Exchange]] = {
@@ -98,8 +100,9 @@ class DelayedExchange(Exchange):
         self._store: MessageStore | None = None
         self._key = ""
         self._schedule: DelaySchedule[Message] | None = None
-        # Due batches on their way out, in due order, with their contents once read back.
-        self._outbox: deque[tuple[list[Bucket[Message]], list[Content | None] | None]] = deque()
+        # Buckets on their way out, in due order, with their contents once read back.
+        self._outbox: deque[_Outgoing] = deque()
+        self._send_timer: Cancellable | None = None
 
     def bind(self, binding: Binding) -> bool:
         return self._router.bind(binding)
@@ -118,7 +121,7 @@ class DelayedExchange(Exchange):
         self._vhost = vhost
         self._store = vhost.store if self.durable else None
         self._key = exchange_key(KEY_KIND, vhost.name, self.name)
-        self._schedule = DelaySchedule(vhost.scheduler, self._due)
+        self._schedule = DelaySchedule(vhost.scheduler, self._due, READ_AHEAD_MS)
 
     def detach(self) -> None:
         if self._schedule is None:
@@ -128,6 +131,7 @@ class DelayedExchange(Exchange):
                 if self._store is not None:
                     self._store.remove(self._key, store_id)
         self._outbox.clear()
+        self._cancel_send_timer()
 
     # -- holding ---------------------------------------------------------------------------
 
@@ -167,36 +171,57 @@ class DelayedExchange(Exchange):
     # -- routing when due ------------------------------------------------------------------
 
     def _due(self, buckets: list[Bucket[Message]]) -> None:
+        """Buckets come READ_AHEAD_MS before their time: their messages are read back from
+        the store meanwhile, so that a read's wait (a thread switch, a disk seek) does not
+        make them late."""
+        entries = [_Outgoing(bucket) for bucket in buckets]
+        self._outbox.extend(entries)
         ids = [store_id for bucket in buckets for store_id in bucket.ids]
-        self._outbox.append((buckets, None if ids else []))
         if ids and self._store is not None:
-            done = functools.partial(self._read, buckets)
+            done = functools.partial(self._read, entries)
             self._store.read_later(self._key, ids, (), done)
+        else:
+            for entry in entries:
+                entry.contents = []
         self._send()
 
-    def _read(self, buckets: list[Bucket[Message]], contents: list[Content | None]) -> None:
-        for index, (waiting, _) in enumerate(self._outbox):
-            if waiting is buckets:
-                self._outbox[index] = (buckets, contents)
-                break
+    def _read(self, entries: list[_Outgoing], contents: list[Content | None]) -> None:
+        start = 0
+        for entry in entries:
+            end = start + len(entry.bucket.ids)
+            entry.contents = contents[start:end]
+            start = end
         self._send()
 
     def _send(self) -> None:
-        """Route the due batches in order, each once its contents are read back."""
+        """Route the due buckets in due order, each once its contents are read back; wake
+        again when the next one read back is due."""
+        self._cancel_send_timer()
         outbox = self._outbox
-        while outbox and outbox[0][1] is not None:
-            buckets, contents = outbox.popleft()
-            assert contents is not None
-            read = iter(contents)
-            for bucket in buckets:
-                for store_id in bucket.ids:
-                    content = next(read)
-                    if content is not None:
-                        self._route(message_of(content))
-                    if self._store is not None:
-                        self._store.remove(self._key, store_id)
-                for message in bucket.items or ():
-                    self._route(message)
+        schedule, vhost = self._schedule, self._vhost
+        assert schedule is not None and vhost is not None
+        now = schedule.now_ms()
+        while outbox:
+            bucket, contents = outbox[0].bucket, outbox[0].contents
+            if contents is None:
+                return  # still being read
+            if bucket.due_ms > now:
+                wait_s = (bucket.due_ms - now) / 1000
+                self._send_timer = vhost.scheduler.call_later(wait_s, self._send)
+                return
+            outbox.popleft()
+            for store_id, content in zip(bucket.ids, contents, strict=True):
+                if content is not None:
+                    self._route(message_of(content))
+                if self._store is not None:
+                    self._store.remove(self._key, store_id)
+            for message in bucket.items or ():
+                self._route(message)
+
+    def _cancel_send_timer(self) -> None:
+        if self._send_timer is not None:
+            self._send_timer.cancel()
+            self._send_timer = None
 
     def _route(self, message: Message) -> None:
         vhost = self._vhost
@@ -210,6 +235,16 @@ class DelayedExchange(Exchange):
             if queue.publish(message) == REFUSED:
                 queue.reject_publish_dead_letter(message)
         message.shed_properties()
+
+
+class _Outgoing:
+    """A bucket handed out by the schedule, and its stored messages once read back."""
+
+    __slots__ = ("bucket", "contents")
+
+    def __init__(self, bucket: Bucket[Message]) -> None:
+        self.bucket = bucket
+        self.contents: list[Content | None] | None = None
 
 
 def _with_delay_spent(message: Message, delay: int) -> Message:
