@@ -110,6 +110,41 @@ def test_a_message_waits_its_delay_and_goes_where_bindings_say_then(
     assert channel.basic_get("early")[0] is None
 
 
+@pytest.mark.parametrize("persistent", [True, False])
+def test_a_delayed_messages_expiration_counts_from_when_it_reaches_its_queue(
+    conn: BlockingConnection, persistent: bool
+) -> None:
+    """The queue applies the per-message TTL once the message is routed to it (the plugin
+    routes at the end of the delay); persistent ones are read back from disk for that."""
+    channel = conn.channel()
+    channel.confirm_delivery()
+    delayed(channel)
+    channel.queue_declare("q", durable=True)
+    channel.queue_bind("q", "later", "k")
+    properties = pika.BasicProperties(
+        delivery_mode=2 if persistent else 1, headers={"x-delay": 200}, expiration="300"
+    )
+    channel.basic_publish("later", "k", b"short-lived", properties)
+    ((body, _, _),) = gather(channel, "q", 1)  # there, though its TTL is past by now
+    assert body == b"short-lived"
+    channel.basic_publish("later", "k", b"expires", properties)
+    time.sleep(0.7)  # 200 ms delayed, then 300 ms in the queue
+    assert channel.queue_declare("q", passive=True).method.message_count == 0
+
+
+def test_a_delayed_message_is_routed_by_its_cc_header_too(conn: BlockingConnection) -> None:
+    channel = conn.channel()
+    channel.confirm_delivery()
+    delayed(channel)
+    for queue in ("to", "copy"):
+        channel.queue_declare(queue, durable=True)
+        channel.queue_bind(queue, "later", queue)
+    properties = pika.BasicProperties(delivery_mode=2, headers={"x-delay": 100, "CC": ["copy"]})
+    channel.basic_publish("later", "to", b"m", properties)
+    assert [body for body, _, _ in gather(channel, "to", 1)] == [b"m"]
+    assert [body for body, _, _ in gather(channel, "copy", 1)] == [b"m"]
+
+
 @pytest.mark.parametrize(
     ("delay", "waits"),
     [

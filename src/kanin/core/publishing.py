@@ -10,7 +10,6 @@ Direct reply-to's rewriting of reply_to and its delivery of replies are reply_to
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -26,7 +25,7 @@ from kanin.core.exchanges import ABSORBED
 from kanin.core.exchanges import STORED as EXCHANGE_STORED
 from kanin.core.message import Message
 from kanin.core.permissions import check_permission
-from kanin.core.queue_args import MAX_TTL_MS
+from kanin.core.queue_args import parse_expiration
 from kanin.core.queues import REFUSED, STORED
 
 if TYPE_CHECKING:
@@ -157,28 +156,3 @@ def sender_selected_keys(headers: dict[str, Any] | None) -> tuple[str, ...]:
         if isinstance(value, list):
             keys.extend(v for v in value if isinstance(v, str))
     return tuple(keys)
-
-
-_INTEGER_PREFIX = re.compile(r"([+-]?[0-9]+)(.*)", re.DOTALL)
-
-
-def parse_expiration(expiration: str | None) -> int | None:
-    """The per-message TTL in ms, refused with 406 in RabbitMQ 3.10's words when malformed.
-
-    RabbitMQ parses it with Erlang's string:to_integer: an optional sign and digits,
-    and anything left over is an error, as is a value above ten years.
-    """
-    if expiration is None:
-        return None
-    match = _INTEGER_PREFIX.fullmatch(expiration)
-    if match is None:
-        detail = "no_integer"
-    elif match.group(2):
-        detail = f'{{leftover_string,"{match.group(2)}"}}'
-    elif int(match.group(1)) < 0:
-        detail = f"{{value_negative,{int(match.group(1))}}}"
-    elif int(match.group(1)) > MAX_TTL_MS:
-        detail = f"{{value_too_large,{int(match.group(1))}}}"
-    else:
-        return int(match.group(1))
-    raise ChannelError(C.PRECONDITION_FAILED, f"invalid expiration '{expiration}': {detail}")

@@ -11,6 +11,7 @@ x-delivery-limit (and count deliveries) where RabbitMQ refuses it.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -335,3 +336,28 @@ def _return_args(check: _Checker, queue_type: str) -> ReturnArgs:
         raise check.fail("x-delayed-retry-max", f"{{value_below_min,{retry_max}}}")
     counts = queue_type == "quorum" or limit is not None or retry_type != "disabled"
     return ReturnArgs(counts, limit, retry_type, retry_min or 0, retry_max, multiplier)
+
+
+_INTEGER_PREFIX = re.compile(r"([+-]?[0-9]+)(.*)", re.DOTALL)
+
+
+def parse_expiration(expiration: str | None) -> int | None:
+    """The per-message TTL in ms, refused with 406 in RabbitMQ 3.10's words when malformed.
+
+    RabbitMQ parses it with Erlang's string:to_integer: an optional sign and digits,
+    and anything left over is an error, as is a value above ten years.
+    """
+    if expiration is None:
+        return None
+    match = _INTEGER_PREFIX.fullmatch(expiration)
+    if match is None:
+        detail = "no_integer"
+    elif match.group(2):
+        detail = f'{{leftover_string,"{match.group(2)}"}}'
+    elif int(match.group(1)) < 0:
+        detail = f"{{value_negative,{int(match.group(1))}}}"
+    elif int(match.group(1)) > MAX_TTL_MS:
+        detail = f"{{value_too_large,{int(match.group(1))}}}"
+    else:
+        return int(match.group(1))
+    raise ChannelError(C.PRECONDITION_FAILED, f"invalid expiration '{expiration}': {detail}")

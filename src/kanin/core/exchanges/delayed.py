@@ -43,6 +43,7 @@ from kanin.core.exchanges.headers import HeadersExchange
 from kanin.core.exchanges.topic import TopicExchange
 from kanin.core.message import Message
 from kanin.core.paging import message_of
+from kanin.core.queue_args import parse_expiration
 from kanin.core.queues.base import REFUSED
 from kanin.store.records import exchange_key
 
@@ -228,9 +229,12 @@ class DelayedExchange(Exchange):
         if vhost is None or vhost.exchanges.get(self.name) is not self:
             return  # deleted meanwhile
         keys = message.routing_keys
-        if message.cc_bcc is None:  # read back from the store: CC is in its headers
+        if message.cc_bcc is None:
+            # Read back from the store: CC is in its headers, its expiration (counted from
+            # now, as the queue takes it) in its properties.
             cc = message.headers.get("CC")
             keys = (message.routing_key, *(k for k in cc if isinstance(k, str))) if cc else keys
+            message.expiration_ms = parse_expiration(message.properties.expiration)
         for queue in vhost.route_keys(self, keys, message.headers):
             if queue.publish(message) == REFUSED:
                 queue.reject_publish_dead_letter(message)
