@@ -19,7 +19,7 @@ RabbitMQ's rabbit_confirms and coalesce_and_send):
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from kanin.core.commit_rounds import RoundBatches
 
@@ -85,6 +85,27 @@ class ConfirmLedger:
             del self._pending[seq]
             self._acked.append(seq)
 
+    def add_disk(self, seq: int) -> None:
+        """A pending `seq` also waits for the store's current commit round."""
+        waiting = self._pending.get(seq)
+        if waiting is None:
+            return
+        assert self._disk is not None, "a ledger without a store cannot wait on disk"
+        self._disk.add(seq)
+        self._pending[seq] = waiting | _DISK_ONLY
+
+    def vouch(self, seq: int, party: Party) -> None:
+        """`done`, from outside a publish (a consumer's ack): the confirm goes out soon."""
+        if seq in self._pending:
+            self.done(seq, party)
+            self._on_resolved()
+
+    def refuse(self, seq: int) -> None:
+        """`reject`, from outside a publish (the message was dropped): the nack goes out soon."""
+        if seq in self._pending:
+            self.reject(seq)
+            self._on_resolved()
+
     def confirm(self, seq: int) -> None:
         """Ack `seq` now (nothing to wait for, or a caller that knows better)."""
         self._pending.pop(seq, None)
@@ -135,3 +156,11 @@ class ConfirmLedger:
             acks.append((below[-1], len(below) > 1))
         acks.extend((seq, False) for seq in above)
         return nacks, acks
+
+
+class ConfirmTicket(NamedTuple):
+    """What an end-to-end queue keeps to settle a publish's confirm later: the publishing
+    channel's ledger and the publish's seq there (a closed channel's ledger ignores it)."""
+
+    ledger: ConfirmLedger
+    seq: int

@@ -21,6 +21,7 @@ from kanin.amqp.frames import decode_properties
 from kanin.amqp.methods import build
 from kanin.amqp.tables import encode_header
 from kanin.core import reply_to
+from kanin.core.confirms import ConfirmTicket
 from kanin.core.exchanges import ABSORBED
 from kanin.core.exchanges import STORED as EXCHANGE_STORED
 from kanin.core.message import Message
@@ -30,6 +31,8 @@ from kanin.core.queues import REFUSED, STORED
 
 if TYPE_CHECKING:
     from kanin.core.channel import Channel
+    from kanin.core.confirms import ConfirmLedger
+    from kanin.core.queues import Queue
 
 
 def publish(channel: Channel, content: Content) -> None:
@@ -97,6 +100,13 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
         queues = (
             vhost.route_keys(exchange, message.routing_keys, message.headers) if exchange else []
         )
+        if (
+            vhost.end_to_end_queues
+            and channel.confirms is not None
+            and _enqueue_end_to_end(channel.confirms, seq, message, queues)
+        ):
+            channel.port.request_flush(channel)
+            return
         for queue in queues:
             result = queue.publish(message)
             if result == REFUSED:
@@ -110,6 +120,44 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
         _return_unroutable(channel, message, seq)
         return
     _settle_confirm(channel, seq, refused, stored)
+
+
+_ROUTING = "routing"  # a confirm party: the publish is still being routed
+
+
+def _enqueue_end_to_end(
+    ledger: ConfirmLedger, seq: int, message: Message, queues: list[Queue]
+) -> bool:
+    """A confirmed publish routed to queues that confirm on ack (core/queues/end_to_end.py):
+    its confirm waits for each of them and, as usual, for the others. False (nothing done)
+    if none of the queues confirms on ack."""
+    waiting_for_ack = [queue for queue in queues if queue.confirms_on_ack]
+    if not waiting_for_ack:
+        return False
+    # Pending on every such queue, and on this routing until it is over: a queue may settle
+    # its part at once (an auto-ack consumer, a TTL of 0) while others are still to come.
+    ledger.hold(seq, (*waiting_for_ack, _ROUTING))
+    ticket = ConfirmTicket(ledger, seq)
+    refused = stored = False
+    for queue in queues:
+        result = (
+            queue.publish_for_ack(message, ticket)
+            if queue.confirms_on_ack
+            else (queue.publish(message))
+        )
+        if result == REFUSED:
+            refused = True
+            queue.reject_publish_dead_letter(message)
+        elif result == STORED:
+            stored = True
+    message.shed_properties()
+    if refused:
+        ledger.reject(seq)
+    else:
+        if stored:
+            ledger.add_disk(seq)
+        ledger.done(seq, _ROUTING)
+    return True
 
 
 def _settle_confirm(channel: Channel, seq: int, refused: bool, stored: bool) -> None:

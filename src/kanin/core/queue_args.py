@@ -42,6 +42,9 @@ REFUSED_BY_TYPE: dict[str, tuple[str, ...]] = {
         "x-queue-master-locator",
         "x-queue-mode",
         "x-max-priority",
+        # kanin's: a quorum queue stores every message, an end-to-end one none.
+        "x-confirm-on-ack",
+        "x-confirm-timeout",
     ),
 }
 DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
@@ -50,6 +53,7 @@ RETRY_TYPES = ("all", "returned", "failed", "disabled")
 MAX_PRIORITY = 255
 # RabbitMQ 3.10's bound on x-message-ttl, x-expires and per-message expiration: ten years.
 MAX_TTL_MS = 315_360_000_000
+DEFAULT_CONFIRM_TIMEOUT_MS = 30 * 60 * 1000  # x-confirm-timeout, as consumer_timeout's
 
 
 # How a message came back to its queue, for the delivery count and the backoff:
@@ -120,6 +124,10 @@ class QueueArgs:
     consumer_timeout_ms: int | None = None
     # x-message-deduplication: no two messages with one x-deduplication-header value.
     deduplicates: bool = False
+    # x-confirm-on-ack: the publisher's confirm waits for the consumer's ack (see
+    # core/queues/end_to_end.py); x-confirm-timeout: how long a message waits there.
+    confirm_on_ack: bool = False
+    confirm_timeout_ms: int = DEFAULT_CONFIRM_TIMEOUT_MS
 
     @property
     def rejects_publish(self) -> bool:
@@ -161,6 +169,8 @@ KNOWN_ARGUMENTS: tuple[str, ...] = (
     "x-delivery-limit",
     "x-consumer-timeout",
     "x-message-deduplication",
+    "x-confirm-on-ack",
+    "x-confirm-timeout",
     "x-delayed-retry-type",
     "x-delayed-retry-min",
     "x-delayed-retry-max",
@@ -304,6 +314,9 @@ def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> Queue
         returns=returns,
         consumer_timeout_ms=check.integer("x-consumer-timeout", positive=True),
         deduplicates=_boolean(check, "x-message-deduplication"),
+        confirm_on_ack=_boolean(check, "x-confirm-on-ack"),
+        confirm_timeout_ms=check.integer("x-confirm-timeout", positive=True, maximum=MAX_TTL_MS)
+        or DEFAULT_CONFIRM_TIMEOUT_MS,
     )
 
 

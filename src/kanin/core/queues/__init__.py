@@ -9,6 +9,8 @@ How this works:
   `expiry.py` and returned messages counted and held back (`returns.py`).
 - `quorum.QuorumQueue`: RabbitMQ's quorum queue on one node, on the classic machinery:
   every message stored, deliveries counted, returns placed as RabbitMQ places them.
+- `end_to_end.EndToEndQueue`: a classic queue declared with x-confirm-on-ack, whose
+  publishers are confirmed when a consumer acks.
 - `create` picks the type from the declared x-queue-type (already validated by
   core/queue_args.py). A new type is a module here subclassing `base.Queue`, and
   one entry in TYPES.
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from kanin.core.queue_args import check_quorum_flags
 from kanin.core.queues.base import ACCEPTED, REFUSED, STORED, Queue
 from kanin.core.queues.classic import ClassicQueue
+from kanin.core.queues.end_to_end import EndToEndQueue
 from kanin.core.queues.quorum import QuorumQueue
 
 if TYPE_CHECKING:
@@ -37,6 +40,7 @@ __all__ = [
     "STORED",
     "TYPES",
     "ClassicQueue",
+    "EndToEndQueue",
     "Queue",
     "QuorumQueue",
     "create",
@@ -73,7 +77,8 @@ def create(
             exclusive=exclusive_owner is not None,
             auto_delete=auto_delete,
         )
-    return TYPES[kind](
+    cls = EndToEndQueue if kind == "classic" and args.confirm_on_ack else TYPES[kind]
+    return cls(
         name,
         vhost,
         scheduler,

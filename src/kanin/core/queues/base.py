@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from kanin.core.queue_args import RETURNED, QueueArgs
 
 if TYPE_CHECKING:
+    from kanin.core.confirms import ConfirmTicket
     from kanin.core.consumer import Consumer
     from kanin.core.exchanges import Binding
     from kanin.core.message import Entry, Message
@@ -30,6 +31,8 @@ class Queue(ABC):
     type_name: ClassVar[str] = ""  # x-queue-type
     # basic.consume on a channel with a global prefetch limit (quorum queues refuse it).
     supports_global_qos: ClassVar[bool] = True
+    # A publisher's confirm waits for a consumer's ack (x-confirm-on-ack): publish_for_ack.
+    confirms_on_ack: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -72,6 +75,13 @@ class Queue(ABC):
     @abstractmethod
     def publish(self, message: Message) -> int:
         """Routing and dead-lettering: enqueue; REFUSED, ACCEPTED or STORED (confirm waits)."""
+
+    def publish_for_ack(self, message: Message, ticket: ConfirmTicket) -> int:
+        """Publishing in confirm mode to a queue that `confirms_on_ack`: enqueue; the
+        publish's confirm is settled through `ticket` when a consumer acks the message,
+        or it leaves otherwise. REFUSED (confirmed by the caller, as for `publish`) or
+        ACCEPTED."""
+        raise NotImplementedError(f"{self!r} does not confirm on ack")
 
     @abstractmethod
     def reject_publish_dead_letter(self, message: Message) -> None:

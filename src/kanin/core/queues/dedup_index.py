@@ -42,6 +42,10 @@ class DedupIndex:
     def holds(self, key: bytes) -> bool:
         return key in self._entries
 
+    def holder(self, key: bytes) -> Entry | None:
+        """The message in the queue holding this id, if any."""
+        return self._entries.get(key)
+
     def joined(self, entry: Entry, key: bytes) -> None:
         self._entries[key] = entry
         self._keys[entry] = key

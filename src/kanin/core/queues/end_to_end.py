@@ -1,0 +1,108 @@
+"""x-confirm-on-ack: a classic queue whose publishers are confirmed when a consumer acks.
+
+A publisher in confirm mode learns, from the ordinary basic.ack, that a consumer of the
+queue has taken and acknowledged its message, not only that the broker holds it; a
+basic.nack says the message left the queue unprocessed and is the publisher's to send
+again. The rules:
+- Acked by a consumer (basic.ack, or delivered to an auto-ack consumer or to a
+  basic.get with no-ack): the publisher gets basic.ack. Each message's own: an ack of
+  message 2 never confirms message 1.
+- Dropped: rejected or nacked without requeue (dead-lettered or not), expired, pushed out
+  by x-max-length, past x-delivery-limit, purged, or the queue deleted: basic.nack. A
+  publish refused by x-overflow reject-publish is nacked at once, as on any queue.
+- Requeued (nack or reject with requeue, a consumer's channel closing): still pending.
+- x-confirm-timeout (ms, default 30 minutes): a message waits at most this long in the
+  queue before it expires (with x-message-ttl, the shorter one counts), so a confirm
+  waits at most that plus the consumer timeout of the consumer that has it.
+- A message routed to other queues too is confirmed when every one of them is done: the
+  end-to-end ones when acked, the others as confirms normally wait (the disk, for a
+  persistent message on a durable queue).
+- Nothing is written to the store, persistent or not, durable queue or not: the
+  publisher holds every message until it is confirmed, so a broker crash loses only
+  unconfirmed messages, which their publishers send again. A durable queue survives a
+  restart, empty.
+- The publishing channel closing with confirms pending changes nothing for the messages:
+  they stay in the queue for consumers; their acks confirm nothing any more.
+- With x-message-deduplication on the queue, a publish whose id is held by a message
+  still in the queue is not enqueued: its confirm waits for that message's.
+- A publish not in confirm mode is enqueued as on a classic queue (and not stored).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from kanin.core.queue_args import QueueArgs
+from kanin.core.queues.base import ACCEPTED, REFUSED
+from kanin.core.queues.classic import ClassicQueue
+
+if TYPE_CHECKING:
+    from kanin.core.confirms import ConfirmTicket
+    from kanin.core.message import Entry, Message
+
+
+class EndToEndQueue(ClassicQueue):
+    confirms_on_ack = True
+
+    def __init__(self, *positional: Any, **named: Any) -> None:
+        args: QueueArgs = named.get("args") or QueueArgs()
+        ttl, timeout = args.message_ttl_ms, args.confirm_timeout_ms
+        named["args"] = dataclasses.replace(
+            args, message_ttl_ms=timeout if ttl is None else min(ttl, timeout)
+        )
+        named["store"] = None  # see the module docstring: nothing is stored
+        super().__init__(*positional, **named)
+        # Entry seq -> the confirms its ack settles (one, or more for retransmits).
+        self._tickets: dict[int, list[ConfirmTicket]] = {}
+        self._dropping = False  # a purge forgets messages that were not acked
+
+    @property
+    def pending_confirms(self) -> int:
+        return sum(map(len, self._tickets.values()))
+
+    def publish_for_ack(self, message: Message, ticket: ConfirmTicket) -> int:
+        dedup = self._dedup
+        key = dedup.key_of(message) if dedup is not None else None
+        holder = dedup.holder(key) if dedup is not None and key is not None else None
+        if holder is not None:  # a retransmit of a message still here
+            self._tickets.setdefault(holder.seq, []).append(ticket)
+            return ACCEPTED
+        seq = self._next_seq  # the entry `publish` makes, which may leave at once
+        self._tickets[seq] = [ticket]
+        result = self.publish(message)
+        if result == REFUSED:
+            del self._tickets[seq]
+        return result
+
+    def _settle(self, entry: Entry, acked: bool) -> None:
+        for ticket in self._tickets.pop(entry.seq, ()):
+            if acked:
+                ticket.ledger.vouch(ticket.seq, self)
+            else:
+                ticket.ledger.refuse(ticket.seq)
+
+    def forget(self, entry: Entry) -> None:
+        self._settle(entry, acked=not self._dropping)
+        super().forget(entry)
+
+    def dead_letter(self, entries: list[Entry], reason: str) -> None:
+        for entry in entries:
+            self._settle(entry, acked=False)
+        super().dead_letter(entries, reason)
+
+    def purge(self) -> int:
+        for entry in self.ready:
+            self._settle(entry, acked=False)
+        self._dropping = True  # for the messages held back after a return
+        try:
+            return super().purge()
+        finally:
+            self._dropping = False
+
+    def delete(self) -> None:
+        tickets, self._tickets = self._tickets, {}
+        for waiting in tickets.values():
+            for ticket in waiting:
+                ticket.ledger.refuse(ticket.seq)
+        super().delete()
