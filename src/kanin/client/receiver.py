@@ -11,7 +11,7 @@ from types import TracebackType
 from typing import Any
 
 import aio_pika
-from aio_pika.abc import AbstractIncomingMessage, AbstractRobustConnection
+from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 
 from kanin.client.headers import BIZ_ID_HEADER
 from kanin.client.processed import ProcessedIds, SqliteProcessedIds
@@ -19,6 +19,7 @@ from kanin.client.processed import ProcessedIds, SqliteProcessedIds
 log = logging.getLogger(__name__)
 
 DEFAULT_DATABASE = "kanin-processed.sqlite3"
+SETTLE_TIMEOUT_S = 10.0  # an ack stuck on a dying connection: the broker requeues anyway
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,12 @@ class Receiver:
         self.prefetch = prefetch
         self._reconnect_interval_s = reconnect_interval_s
         self._connect_timeout_s = connect_timeout_s
-        self._connection: AbstractRobustConnection | None = None
+        self._connection: AbstractConnection | None = None
+        self._lost = asyncio.Event()  # set when the connection goes, by any side
+        self._running: asyncio.Task[None] | None = None
         self._one_at_a_time = asyncio.Lock()
         self.duplicates = 0  # deliveries of a biz-id already processed: acked, not handled
+        self.connections = 0  # made so far (the first, then one per reconnection)
 
     async def __aenter__(self) -> Receiver:
         await self.start()
@@ -82,21 +86,43 @@ class Receiver:
         await self.close()
 
     async def start(self) -> None:
-        """Connect and consume; the connection and the consumer come back by themselves."""
-        self._connection = await aio_pika.connect_robust(
-            self.url,
-            reconnect_interval=self._reconnect_interval_s,
-            timeout=self._connect_timeout_s,
-        )
-        channel = await self._connection.channel()
+        """Connect and consume (raising if that fails now); from then on a lost
+        connection is made again, and the consumer with it, until `close`."""
+        await self._consume()
+        self._running = asyncio.ensure_future(self._keep_consuming())
+
+    async def close(self) -> None:
+        if self._running is not None:
+            self._running.cancel()
+            self._running = None
+        if self._connection is not None:
+            await self._connection.close()
+            self._connection = None
+
+    async def _consume(self) -> None:
+        connection = await aio_pika.connect(self.url, timeout=self._connect_timeout_s)
+        self._connection = connection
+        self.connections += 1
+        self._lost.clear()
+        connection.close_callbacks.add(lambda *_: self._lost.set())
+        channel = await connection.channel()
         await channel.set_qos(prefetch_count=self.prefetch)
         queue = await channel.get_queue(self.queue_name, ensure=False)
         await queue.consume(self._on_message, no_ack=False)
 
-    async def close(self) -> None:
-        if self._connection is not None:
-            await self._connection.close()
-            self._connection = None
+    async def _keep_consuming(self) -> None:
+        while True:
+            await self._lost.wait()
+            await asyncio.sleep(self._reconnect_interval_s)
+            try:
+                await asyncio.wait_for(self._consume(), 2 * self._connect_timeout_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the broker is still away: try again
+                log.debug("reconnecting failed: %r", exc)
+                self._lost.set()
+                if self._connection is not None and not self._connection.is_closed:
+                    await self._connection.close()
 
     async def _on_message(self, message: AbstractIncomingMessage) -> None:
         async with self._one_at_a_time:
@@ -130,10 +156,8 @@ class Receiver:
         """Ack (or requeue). If the channel is gone meanwhile the broker requeues the
         message itself, and its next delivery finds the biz-id recorded."""
         try:
-            if ack:
-                await message.ack()
-            else:
-                await message.nack(requeue=True)
+            settling = message.ack() if ack else message.nack(requeue=True)
+            await asyncio.wait_for(settling, SETTLE_TIMEOUT_S)
         except Exception as exc:
             log.debug("could not settle a delivery (%r): it will come again", exc)
 

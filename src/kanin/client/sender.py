@@ -10,7 +10,7 @@ from types import TracebackType
 from typing import Any
 
 import aio_pika
-from aio_pika.abc import AbstractChannel, AbstractExchange, AbstractRobustConnection
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 
 from kanin.client.headers import BIZ_ID_HEADER, INNER_ID_HEADER
 
@@ -67,10 +67,13 @@ class Sender:
         self.persistent = persistent
         self._reconnect_interval_s = reconnect_interval_s
         self._connect_timeout_s = connect_timeout_s
-        self._connection: AbstractRobustConnection | None = None
+        self._connection: AbstractConnection | None = None
         self._channel: AbstractChannel | None = None
         self._exchange: AbstractExchange | None = None
+        self._connecting = asyncio.Lock()  # one reconnection at a time, for every send
+        self._closed = False
         self.retransmits = 0  # attempts after the first, over all messages
+        self.connections = 0  # made so far (the first, then one per reconnection)
 
     async def __aenter__(self) -> Sender:
         await self.start()
@@ -85,13 +88,11 @@ class Sender:
         await self.close()
 
     async def start(self) -> None:
-        self._connection = await aio_pika.connect_robust(
-            self.url,
-            reconnect_interval=self._reconnect_interval_s,
-            timeout=self._connect_timeout_s,
-        )
+        """Connect now (sends would connect on first use anyway): a wrong URL shows here."""
+        await self._ready_exchange()
 
     async def close(self) -> None:
+        self._closed = True
         if self._connection is not None:
             await self._connection.close()
             self._connection = None
@@ -141,19 +142,33 @@ class Sender:
         raise SendFailed(biz_id, policy.max_attempts, last_error)
 
     async def _ready_exchange(self) -> AbstractExchange:
-        """The exchange on the (robust) channel, opened on first use; a channel that was
-        lost is reopened by the connection when it comes back."""
-        if self._connection is None:
-            raise RuntimeError("the sender is not started")
-        if self._channel is None or self._channel.is_closed:
-            self._channel = await self._connection.channel(
-                publisher_confirms=True, on_return_raises=True
-            )
-            self._exchange = None
-        if self._exchange is None:
-            self._exchange = (
-                self._channel.default_exchange
-                if not self.exchange_name
-                else await self._channel.get_exchange(self.exchange_name, ensure=False)
-            )
-        return self._exchange
+        """The exchange on an open channel in confirm mode: a connection or channel that
+        was lost is made again here, by the first send to need it (the others wait)."""
+        async with self._connecting:
+            if self._closed:
+                raise RuntimeError("the sender is closed")
+            if self._connection is None or not _alive(self._connection):
+                if self._connection is not None:
+                    await asyncio.sleep(self._reconnect_interval_s)
+                self._channel = self._exchange = None
+                self._connection = await aio_pika.connect(
+                    self.url, timeout=self._connect_timeout_s
+                )
+                self.connections += 1
+            if self._channel is None or self._channel.is_closed:
+                self._exchange = None
+                self._channel = await self._connection.channel(
+                    publisher_confirms=True, on_return_raises=True
+                )
+            if self._exchange is None:
+                self._exchange = (
+                    self._channel.default_exchange
+                    if not self.exchange_name
+                    else await self._channel.get_exchange(self.exchange_name, ensure=False)
+                )
+            return self._exchange
+
+
+def _alive(connection: AbstractConnection) -> bool:
+    # is_closed only says whether close() was called; `connected` goes when the link does.
+    return connection.connected.is_set() and not connection.is_closed
