@@ -294,3 +294,34 @@ def test_a_closed_ledger_reports_nothing_from_later_rounds() -> None:
     assert flushes == []
     assert ledger.drain() == ([], [])
     assert ledger.pending_count == 0
+
+
+# -- settled from outside a publish (end-to-end queues) ------------------------------------
+
+
+def test_vouch_and_refuse_settle_a_pending_seq_and_ask_for_a_flush() -> None:
+    ledger, _, flushes = ledger_on_disk()
+    acked, nacked = ledger.next_seq(), ledger.next_seq()
+    ledger.hold(acked, ("queue",))
+    ledger.hold(nacked, ("queue",))
+    ledger.vouch(acked, "queue")
+    ledger.refuse(nacked)
+    assert flushes == [1, 1]
+    assert ledger.drain() == ([2], [(1, False)])
+    ledger.vouch(acked, "queue")  # settled already: nothing, not even a flush
+    ledger.refuse(acked)
+    assert flushes == [1, 1] and ledger.drain() == ([], [])
+
+
+def test_a_disk_party_added_later_is_waited_for_too() -> None:
+    ledger, store, _ = ledger_on_disk()
+    seq = ledger.next_seq()
+    ledger.hold(seq, ("queue", "routing"))
+    ledger.add_disk(seq)
+    ledger.done(seq, "routing")
+    ledger.done(seq, "queue")
+    assert ledger.drain() == ([], [])  # the disk still
+    store.end_round(True)
+    assert ledger.drain() == ([], [(1, False)])
+    ledger.add_disk(seq)  # no longer pending: nothing to wait for
+    assert ledger.pending_count == 0 and store.waiters == {}

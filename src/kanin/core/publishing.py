@@ -140,11 +140,10 @@ def _enqueue_end_to_end(
     ticket = ConfirmTicket(ledger, seq)
     refused = stored = False
     for queue in queues:
-        result = (
-            queue.publish_for_ack(message, ticket)
-            if queue.confirms_on_ack
-            else (queue.publish(message))
-        )
+        if queue.confirms_on_ack:
+            result = queue.publish_for_ack(message, ticket)
+        else:
+            result = queue.publish(message)
         if result == REFUSED:
             refused = True
             queue.reject_publish_dead_letter(message)
