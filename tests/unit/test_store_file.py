@@ -14,7 +14,7 @@ import os
 import random
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -268,9 +268,9 @@ class GatedLog(FaultySegmentLog):
         super().__init__(directory)
         self.gate = threading.Event()
 
-    def read_enqueues(self, number: int, live: Callable[[int, int], bool]) -> list[records.Record]:
+    def read_whole(self, number: int) -> tuple[bytes, int | None]:
         assert self.gate.wait(10), "the test never opened the gate"
-        return super().read_enqueues(number, live)
+        return super().read_whole(number)
 
 
 async def test_a_failed_compaction_write_does_not_lose_the_moved_message(

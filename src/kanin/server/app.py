@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import json
 import logging
 import socket
@@ -160,6 +161,7 @@ class BrokerServer:
             await self.store.close()
         if self.persistence is not None:
             self.persistence.mark_clean_shutdown()
+        gc.unfreeze()  # what start-up froze (give_back_free_memory) may be collected again
         if self.rss is not None:
             self.rss.close()
         if self._lock is not None:

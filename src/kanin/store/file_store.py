@@ -19,7 +19,7 @@ How this works:
   file nor its descriptor goes under a read in flight.
 - Space: a segment with nothing live is deleted, oldest first (its REMOVE records may
   cancel ENQUEUEs in older files); a closed segment that is mostly dead is compacted:
-  its live records are read on a worker thread and written again to the active segment.
+  its live records are found (compaction.py) and written again to the active segment.
 - Recovery (`recover`) replays every segment's records oldest first. Damage is handled by
   the segment log (segments.py): bad records are skipped and reported, only the newest
   segment's torn tail is cut, and a missing segment file raises errors.RecoveryError
@@ -33,16 +33,17 @@ How this works:
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from kanin.store import records
+from kanin.store import compaction, records
 from kanin.store.api import Content, Reader, Recovered, Waiter
 from kanin.store.committer import GroupCommitter, Landed
-from kanin.store.record_reads import READ_GAP_BYTES
+from kanin.store.record_reads import READ_GAP_BYTES, ReadPlan
 from kanin.store.recovered_index import EnqueuedColumns
 from kanin.store.segments import SegmentLog
 
@@ -61,21 +62,6 @@ class _Segment:
     live: int = 0  # ENQUEUE records in it whose message is still in a queue
     total: int = 0  # ENQUEUE records ever written to it
     compacting: bool = False
-
-
-@dataclass
-class _ReadPlan:
-    """One read back, as the loop found it: what came from memory, and where on disk the
-    rest is and what to fetch ahead. The reader thread fills `found` in."""
-
-    message_ids: Sequence[int]
-    found: list[Content | None]
-    on_disk: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # seg -> [(i, off)]
-    ahead: dict[int, tuple[int, int]] = field(default_factory=dict)  # seg -> (first, last) off
-
-    @property
-    def segments(self) -> set[int]:
-        return set(self.on_disk) | set(self.ahead)
 
 
 # A closed segment whose live share falls below this is compacted: its live messages are
@@ -216,9 +202,9 @@ class FileStore:
             self._reader.submit(self._read_disk, plan).result()
         return plan.found
 
-    def _plan(self, message_ids: Sequence[int], ahead: Sequence[int]) -> _ReadPlan:
+    def _plan(self, message_ids: Sequence[int], ahead: Sequence[int]) -> ReadPlan:
         """On the loop: where each record is; those not known on disk yet decoded from memory."""
-        plan = _ReadPlan(message_ids, [None] * len(message_ids), ahead=self._spans(ahead))
+        plan = ReadPlan(message_ids, [None] * len(message_ids), ahead=self._spans(ahead))
         for index, message_id in enumerate(message_ids):
             location = self._where.get(message_id)
             if location is None:
@@ -241,7 +227,7 @@ class FileStore:
                 spans[segment] = (min(first, offset), max(last, offset))
         return spans
 
-    def _read_cached(self, plan: _ReadPlan) -> bool:
+    def _read_cached(self, plan: ReadPlan) -> bool:
         """A small read the page cache holds whole (what was just written, say), on the
         loop: a reader thread's turn would cost more, as the loop waits for the interpreter
         lock while it works. False if the read is big or any of it needs the disk."""
@@ -256,7 +242,7 @@ class FileStore:
             self._segments.advise(segment, first, last - first + READ_GAP_BYTES, on_loop=True)
         return True
 
-    def _read_disk(self, plan: _ReadPlan) -> None:
+    def _read_disk(self, plan: ReadPlan) -> None:
         """On the reader thread: the records the plan names, then the read-ahead hints."""
         for segment, wanted in plan.on_disk.items():
             self._read_segment(segment, plan.message_ids, wanted, plan.found)
@@ -264,7 +250,7 @@ class FileStore:
             self._segments.advise(segment, first, last - first + READ_GAP_BYTES)
 
     def _landed(
-        self, plan: _ReadPlan, segments: set[int], landed: asyncio.Future[None], done: Reader
+        self, plan: ReadPlan, segments: set[int], landed: asyncio.Future[None], done: Reader
     ) -> None:
         """On the loop: the read is back; its segments may go, and the reader hears."""
         self._unpin(segments)
@@ -318,23 +304,33 @@ class FileStore:
     # -- compaction and reclaiming space --------------------------------------------------
 
     def _compact(self, segment: int, state: _Segment) -> None:
-        """Read the segment's live records off the loop, then write them again (same ids)
-        to the active segment; the old file is deleted once it holds nothing live."""
+        """Read the segment (on a worker thread), find its live records (on the loop, in
+        slices: compaction.py), then write them again (same ids) to the active segment;
+        the old file is deleted once it holds nothing live."""
         state.compacting = True
-        # The worker asks the index about each record it finds (a dict lookup, safe from a
-        # thread); `_rewrite` checks again on the loop. Asking the index which ids live in
-        # the segment instead would walk every live message, on the loop.
+        future = self._loop.run_in_executor(None, self._segments.read_whole, segment)
+        future.add_done_callback(lambda read: self._find_live(segment, read))
+
+    def _find_live(self, segment: int, read: asyncio.Future[tuple[bytes, int | None]]) -> None:
+        failure = read.exception()
+        if failure is not None:
+            self._rewrite(segment, [], failure)
+            return
+        # Each record found is looked up in the index; asking the index which ids live in
+        # the segment instead would walk every live message.
         base, where = segment << _SEGMENT_SHIFT, self._where
 
         def live(message_id: int, offset: int) -> bool:
             return where.get(message_id) == base | offset
 
-        future = self._loop.run_in_executor(None, self._segments.read_enqueues, segment, live)
-        future.add_done_callback(lambda done: self._rewrite(segment, done))
+        scan = compaction.live_enqueues(*read.result(), live)
+        done = functools.partial(self._rewrite, segment)
+        compaction.LiveScan(self._loop, scan, done).start()
 
-    def _rewrite(self, segment: int, done: asyncio.Future[list[records.Record]]) -> None:
+    def _rewrite(
+        self, segment: int, found: list[records.Record], failure: BaseException | None
+    ) -> None:
         state = self._live.get(segment)
-        failure = done.exception()
         if state is None:
             return  # emptied meanwhile and already deleted
         if failure is not None:
@@ -342,7 +338,7 @@ class FileStore:
             state.compacting = False
             return
         moved: list[tuple[int, int]] = []  # (id, its location before the move)
-        for record in done.result():
+        for record in found:
             location = self._where.get(record.id)
             if location is None or location >> _SEGMENT_SHIFT != segment:
                 continue  # not live here: removed (maybe while we read), or moved before

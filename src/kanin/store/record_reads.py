@@ -14,9 +14,11 @@ import os
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 from kanin.store import records
+from kanin.store.api import Content
 
 # Neighbouring records closer than this share one pread, which also reads this far past
 # the last record's start, so that record usually comes whole with it.
@@ -127,3 +129,18 @@ class Descriptors:
     def close_all(self) -> None:
         for number in list(self._open):
             self.close(number)
+
+
+@dataclass
+class ReadPlan:
+    """One read back, as the loop found it: what came from memory, and where on disk the
+    rest is and what to fetch ahead. The reader thread fills `found` in."""
+
+    message_ids: Sequence[int]
+    found: list[Content | None]
+    on_disk: dict[int, list[tuple[int, int]]] = field(default_factory=dict)  # seg -> [(i, off)]
+    ahead: dict[int, tuple[int, int]] = field(default_factory=dict)  # seg -> (first, last) off
+
+    @property
+    def segments(self) -> set[int]:
+        return set(self.on_disk) | set(self.ahead)

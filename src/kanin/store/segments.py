@@ -49,7 +49,7 @@ import contextlib
 import logging
 import os
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from kanin.store import manifest, record_reads, records
@@ -267,19 +267,10 @@ class SegmentLog:
         self._readers.close(number)
         self._loop_readers.close(number)
 
-    def read_enqueues(self, number: int, live: Callable[[int, int], bool]) -> list[records.Record]:
-        """The ENQUEUE records in a closed segment that `live(id, offset)` says are live
-        (compaction, on a worker thread). The segment is summarised (SummaryScan: one
-        unpack and a checksum a record) and only the live records are decoded: parsing
-        every record of a segment would hold the interpreter from the event loop."""
-        data = segment_path(self.directory, number).read_bytes()
-        version = self._versions.get(number)
-        summaries = records.SummaryScan(data, version)
-        return [
-            records.decode(records.payload_at(data, offset), summaries.version or records.VERSION)
-            for offset, type_, id_, *_ in summaries
-            if type_ == records.ENQUEUE and live(id_, offset)
-        ]
+    def read_whole(self, number: int) -> tuple[bytes, int | None]:
+        """A closed segment's bytes and its format version where recovery found the
+        header damaged (compaction, on a worker thread: see compaction.py)."""
+        return segment_path(self.directory, number).read_bytes(), self._versions.get(number)
 
     # -- recovery (start-up) --------------------------------------------------------------
 
