@@ -13,15 +13,19 @@ a turn, and nothing else.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Callable, Iterator
+from typing import TypeVar
 
 from kanin.store import records
 
 log = logging.getLogger(__name__)
 
-SCAN_SLICE = 2000  # records summarised per loop turn
+SCAN_SLICE = 2000  # records summarised per loop turn (a decoded live one counts LIVE_STEPS)
+LIVE_STEPS = 10
+REWRITE_SLICE = 500  # live records written again per loop turn
+
+T = TypeVar("T")
 
 
 def live_enqueues(
@@ -58,16 +62,39 @@ class LiveScan:
         self._loop.call_soon(self._step)
 
     def _step(self) -> None:
-        steps = 0
+        budget = SCAN_SLICE
         try:
-            for record in itertools.islice(self._scan, SCAN_SLICE):
-                steps += 1
-                if record is not None:
+            for record in self._scan:
+                if record is None:
+                    budget -= 1
+                else:
+                    budget -= LIVE_STEPS
                     self._found.append(record)
+                if budget <= 0:
+                    self._loop.call_soon(self._step)
+                    return
         except Exception as exc:  # a record that summarised but does not decode
             self._done([], exc)
             return
-        if steps < SCAN_SLICE:
-            self._done(self._found, None)
+        self._done(self._found, None)
+
+
+def in_slices(
+    loop: asyncio.AbstractEventLoop,
+    items: list[T],
+    step: Callable[[T], None],
+    then: Callable[[], None],
+    per_turn: int = REWRITE_SLICE,
+) -> None:
+    """step(item) for each item, per_turn of them a loop turn (the first at once), then
+    then()."""
+
+    def turn(start: int) -> None:
+        for item in items[start : start + per_turn]:
+            step(item)
+        if start + per_turn < len(items):
+            loop.call_soon(turn, start + per_turn)
         else:
-            self._loop.call_soon(self._step)
+            then()
+
+    turn(0)

@@ -26,8 +26,8 @@ How this works:
   unless the store was made with force_recovery. New records then go to a fresh segment
   numbered past every file and every number ever used (a lost file's number is never
   reused).
-- The segment log is the store's one way to the disk; `segments=` puts another one (a
-  faulty disk, in tests: kanin.testing.faulty_disk) under the store and its committer.
+- The segment log is the store's one way to the disk; `segments=` puts another (a faulty
+  disk: kanin.testing.faulty_disk) under the store and its committer.
 """
 
 from __future__ import annotations
@@ -61,13 +61,14 @@ MAX_SEGMENT_BYTES = 1 << 31
 class _Segment:
     live: int = 0  # ENQUEUE records in it whose message is still in a queue
     total: int = 0  # ENQUEUE records ever written to it
-    compacting: bool = False
+    compacting: int = 0  # 0, SCANNING, or MOVING: its live records are being copied
 
 
 # A closed segment whose live share falls below this is compacted: its live messages are
 # written again to the active segment and the old file deleted, so a few long-unacked
 # messages cannot pin gigabytes of acked ones.
 COMPACT_BELOW_LIVE_SHARE = 0.25
+SCANNING, MOVING = 1, 2  # a compaction's steps (_Segment.compacting)
 # Reads of at most this many records from the page cache are done on the loop (see
 # _read_cached); bigger ones, whose decoding would hold the loop, go to the reader thread.
 LOOP_READ_MAX = 256
@@ -82,8 +83,7 @@ class FileStore:
         force_recovery: bool = False,
         segments: SegmentLog | None = None,
     ) -> None:
-        """`segments`, if given, is the log on `directory` to read and write through
-        instead of a plain SegmentLog (a faulty disk in tests)."""
+        """`segments`: the log to use instead of a plain SegmentLog (tests: a faulty disk)."""
         assert 0 < segment_bytes <= MAX_SEGMENT_BYTES, segment_bytes
         assert segments is None or segments.directory == directory, "one directory"
         self._loop = loop
@@ -169,7 +169,7 @@ class FileStore:
         state.live -= 1
         if segment == self._active:
             return
-        if state.live == 0:
+        if state.live == 0 and state.compacting != MOVING:  # else _compacted decides
             self._mark_dead(segment)
         elif state.live < state.total * COMPACT_BELOW_LIVE_SHARE and not state.compacting:
             self._compact(segment, state)
@@ -291,8 +291,7 @@ class FileStore:
             found[index] = _content(record)
 
     def _pin(self, segments: set[int]) -> None:
-        for segment in segments:
-            self._pinned[segment] = self._pinned.get(segment, 0) + 1
+        self._pinned.update((segment, self._pinned.get(segment, 0) + 1) for segment in segments)
 
     def _unpin(self, segments: set[int]) -> None:
         for segment in segments:
@@ -307,17 +306,14 @@ class FileStore:
         """Read the segment (on a worker thread), find its live records (on the loop, in
         slices: compaction.py), then write them again (same ids) to the active segment;
         the old file is deleted once it holds nothing live."""
-        state.compacting = True
+        state.compacting = SCANNING
         future = self._loop.run_in_executor(None, self._segments.read_whole, segment)
         future.add_done_callback(lambda read: self._find_live(segment, read))
 
     def _find_live(self, segment: int, read: asyncio.Future[tuple[bytes, int | None]]) -> None:
-        failure = read.exception()
-        if failure is not None:
-            self._rewrite(segment, [], failure)
-            return
-        # Each record found is looked up in the index; asking the index which ids live in
-        # the segment instead would walk every live message.
+        if read.exception() is not None:
+            return self._rewrite(segment, [], read.exception())
+        # Each record found is looked up (not: ask the index for all the segment's ids).
         base, where = segment << _SEGMENT_SHIFT, self._where
 
         def live(message_id: int, offset: int) -> bool:
@@ -331,17 +327,19 @@ class FileStore:
         self, segment: int, found: list[records.Record], failure: BaseException | None
     ) -> None:
         state = self._live.get(segment)
-        if state is None:
-            return  # emptied meanwhile and already deleted
+        if state is None:  # emptied meanwhile and already deleted
+            return
         if failure is not None:
             log.error("compacting segment %d failed: %s", segment, failure)
-            state.compacting = False
+            state.compacting = 0
             return
+        state.compacting = MOVING  # from now on copies may be in memory only
         moved: list[tuple[int, int]] = []  # (id, its location before the move)
-        for record in found:
+
+        def move(record: records.Record) -> None:
             location = self._where.get(record.id)
             if location is None or location >> _SEGMENT_SHIFT != segment:
-                continue  # not live here: removed (maybe while we read), or moved before
+                return  # not live here: removed (maybe while we read), or moved before
             # Until the copy is on disk it is read from memory; the old file stays till then.
             self._place_live(record.id, records.encode(record))
             returns = self._delivered.get(record.id)
@@ -349,8 +347,14 @@ class FileStore:
                 self._place(records.encode_delivery(record.id, record.queue, returns))
             state.live -= 1
             moved.append((record.id, location))
+
         # The old file may go only once the copies are on disk.
-        self._committer.after_commit(lambda ok: self._compacted(segment, moved, ok))
+        compaction.in_slices(
+            self._loop,
+            found,
+            move,
+            lambda: self._committer.after_commit(lambda ok: self._compacted(segment, moved, ok)),
+        )
 
     def _compacted(self, segment: int, moved: list[tuple[int, int]], ok: bool) -> None:
         state = self._live.get(segment)
@@ -366,13 +370,13 @@ class FileStore:
                         self._pending.pop(message_id, None)
                     self._live[current >> _SEGMENT_SHIFT].live -= 1
                     state.live += 1
-            state.compacting = False
+            state.compacting = 0
             return
         self.compactions += 1
         if state.live == 0:
             self._mark_dead(segment)
         else:
-            state.compacting = False
+            state.compacting = 0
 
     def _mark_dead(self, segment: int) -> None:
         """No message in the segment is live any more; delete it when that is safe."""
