@@ -7,13 +7,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import aio_pika
 from aio_pika.abc import AbstractConnection, AbstractIncomingMessage
 
 from kanin.client.headers import BIZ_ID_HEADER
+from kanin.client.lifecycle import Started
 from kanin.client.processed import ProcessedIds, SqliteProcessedIds
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class Delivery:
 Handler = Callable[[Delivery], Awaitable[None]]
 
 
-class Receiver:
+class Receiver(Started):
     """Consumes one queue with explicit acks (never auto-ack), one message at a time.
 
     For each message: if its biz-id (the `x-biz-id` header, else the message id) was
@@ -72,18 +72,6 @@ class Receiver:
         self._one_at_a_time = asyncio.Lock()
         self.duplicates = 0  # deliveries of a biz-id already processed: acked, not handled
         self.connections = 0  # made so far (the first, then one per reconnection)
-
-    async def __aenter__(self) -> Receiver:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def start(self) -> None:
         """Connect and consume (raising if that fails now); from then on a lost

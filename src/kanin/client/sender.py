@@ -6,13 +6,13 @@ import asyncio
 import logging
 import uuid
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import aio_pika
 from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractExchange
 
 from kanin.client.headers import BIZ_ID_HEADER, INNER_ID_HEADER
+from kanin.client.lifecycle import Started
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class SendFailed(Exception):
         self.last_error = last_error
 
 
-class Sender:
+class Sender(Started):
     """Publishes to one exchange (the default one unless named) in confirm mode.
 
     Use as `async with Sender(url, routing_key="orders") as sender:`, then
@@ -74,18 +74,6 @@ class Sender:
         self._closed = False
         self.retransmits = 0  # attempts after the first, over all messages
         self.connections = 0  # made so far (the first, then one per reconnection)
-
-    async def __aenter__(self) -> Sender:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        kind: type[BaseException] | None,
-        error: BaseException | None,
-        trace: TracebackType | None,
-    ) -> None:
-        await self.close()
 
     async def start(self) -> None:
         """Connect now (sends would connect on first use anyway): a wrong URL shows here."""
@@ -151,9 +139,7 @@ class Sender:
                 if self._connection is not None:
                     await asyncio.sleep(self._reconnect_interval_s)
                 self._channel = self._exchange = None
-                self._connection = await aio_pika.connect(
-                    self.url, timeout=self._connect_timeout_s
-                )
+                self._connection = await aio_pika.connect(self.url, timeout=self._connect_timeout_s)
                 self.connections += 1
             if self._channel is None or self._channel.is_closed:
                 self._exchange = None
