@@ -404,3 +404,23 @@ def test_a_persistent_message_is_not_stored_and_a_crash_loses_it_unconfirmed(
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+async def test_through_a_durable_deduplicating_exchange_it_is_confirmed_on_ack(
+    amqp: Any,
+) -> None:
+    """The exchange writes the message's id to disk: the confirm waits for that too, and
+    for the consumer's ack."""
+    channel = await publisher(amqp)
+    consumer_channel = await amqp.channel()
+    await consumer_channel.declare_exchange(
+        "dedup", "x-message-deduplication", durable=True, arguments={"x-cache-size": 100}
+    )
+    queue = await e2e_queue(consumer_channel, "e2e")
+    await queue.bind("dedup")
+    ours = await channel.get_exchange("dedup")
+    message = aio_pika.Message(b"m", headers={"x-deduplication-header": "id-1"})
+    task = asyncio.ensure_future(ours.publish(message, routing_key=""))
+    assert await pending(task)
+    await (await take(queue)).ack()
+    assert await outcome(task) == "ack"

@@ -100,20 +100,25 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
         queues = (
             vhost.route_keys(exchange, message.routing_keys, message.headers) if exchange else []
         )
-        if (
-            vhost.end_to_end_queues
-            and channel.confirms is not None
-            and _enqueue_end_to_end(channel.confirms, seq, message, queues)
-        ):
-            channel.port.request_flush(channel)
-            return
+        ticket = (
+            _hold_for_ack(channel.confirms, seq, queues)
+            if vhost.end_to_end_queues and channel.confirms is not None
+            else None
+        )
         for queue in queues:
-            result = queue.publish(message)
+            if ticket is not None and queue.confirms_on_ack:
+                result = queue.publish_for_ack(message, ticket)
+            else:
+                result = queue.publish(message)
             if result == REFUSED:
                 refused = True
                 queue.reject_publish_dead_letter(message)
             elif result == STORED:
                 stored = True
+        if ticket is not None:  # routed, so never returned
+            message.shed_properties()
+            _settle_end_to_end(channel, ticket, refused, stored)
+            return
         routed = bool(queues)
     message.shed_properties()  # queues forward the header bytes; see Message
     if not routed and mandatory:
@@ -125,38 +130,31 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
 _ROUTING = "routing"  # a confirm party: the publish is still being routed
 
 
-def _enqueue_end_to_end(
-    ledger: ConfirmLedger, seq: int, message: Message, queues: list[Queue]
-) -> bool:
-    """A confirmed publish routed to queues that confirm on ack (core/queues/end_to_end.py):
-    its confirm waits for each of them and, as usual, for the others. False (nothing done)
-    if none of the queues confirms on ack."""
+def _hold_for_ack(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> ConfirmTicket | None:
+    """A confirmed publish routed to queues that confirm on ack (core/queues/end_to_end.py)
+    waits for each of them, and for this routing until it is over: a queue may settle its
+    part at once (an auto-ack consumer, a TTL of 0) while others are still to come. The
+    ticket those queues settle through; None if no queue confirms on ack."""
     waiting_for_ack = [queue for queue in queues if queue.confirms_on_ack]
     if not waiting_for_ack:
-        return False
-    # Pending on every such queue, and on this routing until it is over: a queue may settle
-    # its part at once (an auto-ack consumer, a TTL of 0) while others are still to come.
+        return None
     ledger.hold(seq, (*waiting_for_ack, _ROUTING))
-    ticket = ConfirmTicket(ledger, seq)
-    refused = stored = False
-    for queue in queues:
-        if queue.confirms_on_ack:
-            result = queue.publish_for_ack(message, ticket)
-        else:
-            result = queue.publish(message)
-        if result == REFUSED:
-            refused = True
-            queue.reject_publish_dead_letter(message)
-        elif result == STORED:
-            stored = True
-    message.shed_properties()
+    return ConfirmTicket(ledger, seq)
+
+
+def _settle_end_to_end(
+    channel: Channel, ticket: ConfirmTicket, refused: bool, stored: bool
+) -> None:
+    """Routing is over: a refusal nacks now; else the confirm also waits, as usual, for the
+    disk if anything was stored, and for the queues that confirm on ack."""
+    ledger, seq = ticket
     if refused:
         ledger.reject(seq)
     else:
         if stored:
             ledger.add_disk(seq)
         ledger.done(seq, _ROUTING)
-    return True
+    channel.port.request_flush(channel)
 
 
 def _settle_confirm(channel: Channel, seq: int, refused: bool, stored: bool) -> None:
