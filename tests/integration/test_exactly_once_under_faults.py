@@ -103,7 +103,9 @@ async def test_ten_thousand_messages_each_processed_once_through_faults_and_kill
 
     try:
         async with (
-            Receiver(url, "cards", issue_card, processed=processed, reconnect_interval_s=0.2),
+            Receiver(
+                url, "cards", issue_card, processed=processed, reconnect_interval_s=0.2
+            ) as receiver,
             Sender(url, "orders", retry=RETRY, reconnect_interval_s=0.2) as sender,
         ):
             restart = asyncio.ensure_future(kill_and_restart())
@@ -115,6 +117,7 @@ async def test_ten_thousand_messages_each_processed_once_through_faults_and_kill
             await asyncio.sleep(1.0)  # duplicates, if any were coming, come now
             rows: list[Any] = list(processed.connection.execute("SELECT biz_id, body FROM cards"))
         assert proxy.cuts > 0 and sender.retransmits > 0  # the faults happened
+        assert sender.connections > 1 and receiver.connections > 1  # both came back
     finally:
         await proxy.close()
         broker.stop()

@@ -57,10 +57,6 @@ class EndToEndQueue(ClassicQueue):
         self._tickets: dict[int, list[ConfirmTicket]] = {}
         self._dropping = False  # a purge forgets messages that were not acked
 
-    @property
-    def pending_confirms(self) -> int:
-        return sum(map(len, self._tickets.values()))
-
     def publish_for_ack(self, message: Message, ticket: ConfirmTicket) -> int:
         dedup = self._dedup
         key = dedup.key_of(message) if dedup is not None else None
