@@ -123,12 +123,14 @@ class LatenessConsumer(ChannelHandler):
     def __init__(self, conn: Any, expected: int) -> None:
         super().__init__(conn, 2)
         self.lateness_ms = array("d")
+        self.due_ms = array("d")  # beside each lateness, for --timeline
         self.expected = expected
         self.done = asyncio.Event()
 
     def on_body(self, buffer: bytes, at: int) -> None:
         (due_ms,) = BODY.unpack_from(buffer, at)
         self.lateness_ms.append(time.time() * 1000 - due_ms)
+        self.due_ms.append(due_ms)
         if len(self.lateness_ms) >= self.expected:
             self.done.set()
 
@@ -165,7 +167,7 @@ async def publish(uri: str, dues: Any, rate: float | None = None) -> float:
     return publisher.sent / elapsed
 
 
-async def lateness(uri: str, count: int, rate: float) -> list[float]:
+async def lateness(uri: str, count: int, rate: float, timeline: Path | None) -> list[float]:
     conn = await connect(parse_uri(uri))
     consumer = LatenessConsumer(conn, count)
     await conn.open_channel(consumer)
@@ -179,6 +181,13 @@ async def lateness(uri: str, count: int, rate: float) -> list[float]:
     await publish(uri, dues, PUBLISH_RATE)
     await asyncio.wait_for(consumer.done.wait(), count / rate + 120)
     await conn.close()
+    if timeline is not None:  # when the late ones were due: a few stalls, or all along?
+        first = consumer.due_ms[0] if consumer.due_ms else 0.0
+        rows = (
+            f"{d - first:.0f},{x:.1f}"
+            for d, x in zip(consumer.due_ms, consumer.lateness_ms, strict=True)
+        )
+        timeline.write_text("due_ms_since_first,lateness_ms\n" + "\n".join(rows) + "\n")
     return sorted(consumer.lateness_ms)
 
 
@@ -204,7 +213,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["startup_s"] = kanin.start()
             time.sleep(2)
             result["rss_after_restart_mb"] = harness.rss_kb(kanin.pid) / 1024
-            late = asyncio.run(lateness(kanin.uri, args.due, args.rate))
+            late = asyncio.run(lateness(kanin.uri, args.due, args.rate, args.timeline))
             result["lateness"] = {
                 "count": len(late),
                 "p50": statistics.median(late),
@@ -268,6 +277,9 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
     parser.add_argument("--pending", type=int, default=10_000_000)
+    parser.add_argument(
+        "--timeline", type=Path, help="write each message's due time and lateness here (CSV)"
+    )
     parser.add_argument("--due", type=int, default=300_000, help="messages in the lateness run")
     parser.add_argument("--rate", type=float, default=10_000.0, help="due per second")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "delayed.md")

@@ -101,13 +101,13 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
             vhost.route_keys(exchange, message.routing_keys, message.headers) if exchange else []
         )
         ticket = (
-            _hold_for_ack(channel.confirms, seq, queues)
-            if vhost.end_to_end_queues and channel.confirms is not None
+            _hold_for_queues(channel.confirms, seq, queues)
+            if vhost.ticket_queues and channel.confirms is not None
             else None
         )
         for queue in queues:
-            if ticket is not None and queue.confirms_on_ack:
-                result = queue.publish_for_ack(message, ticket)
+            if ticket is not None and queue.settles_confirms:
+                result = queue.publish_with_ticket(message, ticket)
             else:
                 result = queue.publish(message)
             if result == REFUSED:
@@ -117,7 +117,7 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
                 stored = True
         if ticket is not None:  # routed, so never returned
             message.shed_properties()
-            _settle_end_to_end(channel, ticket, refused, stored)
+            _settle_by_queues(channel, ticket, refused, stored)
             return
         routed = bool(queues)
     message.shed_properties()  # queues forward the header bytes; see Message
@@ -130,23 +130,24 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
 _ROUTING = "routing"  # a confirm party: the publish is still being routed
 
 
-def _hold_for_ack(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> ConfirmTicket | None:
-    """A confirmed publish routed to queues that confirm on ack (core/queues/end_to_end.py)
-    waits for each of them, and for this routing until it is over: a queue may settle its
-    part at once (an auto-ack consumer, a TTL of 0) while others are still to come. The
-    ticket those queues settle through; None if no queue confirms on ack."""
-    waiting_for_ack = [queue for queue in queues if queue.confirms_on_ack]
-    if not waiting_for_ack:
+def _hold_for_queues(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> ConfirmTicket | None:
+    """A confirmed publish routed to queues that settle confirms themselves (end-to-end
+    queues on a consumer's ack, streams once on disk) waits for each of them, and for this
+    routing until it is over: a queue may settle its part at once (an auto-ack consumer, a
+    TTL of 0) while others are still to come. The ticket those queues settle through; None
+    if no queue settles confirms."""
+    settling = [queue for queue in queues if queue.settles_confirms]
+    if not settling:
         return None
-    ledger.hold(seq, (*waiting_for_ack, _ROUTING))
+    ledger.hold(seq, (*settling, _ROUTING))
     return ConfirmTicket(ledger, seq)
 
 
-def _settle_end_to_end(
+def _settle_by_queues(
     channel: Channel, ticket: ConfirmTicket, refused: bool, stored: bool
 ) -> None:
     """Routing is over: a refusal nacks now; else the confirm also waits, as usual, for the
-    disk if anything was stored, and for the queues that confirm on ack."""
+    disk if anything was stored, and for the queues that settle confirms."""
     ledger, seq = ticket
     if refused:
         ledger.reject(seq)

@@ -63,8 +63,8 @@ class VirtualHost:
         # Called when a durable definition changes, so it can be saved.
         self.on_definitions_changed: Callable[[], None] | None = None
         self.queues: dict[str, Queue] = {}
-        # Queues that confirm on ack: while there are none, publishing skips their path.
-        self.end_to_end_queues = 0
+        # Queues that settle confirms themselves: while there are none, publishing skips their path.
+        self.ticket_queues = 0
         self.default_exchange = DefaultExchange(self.queues.get)
         self.exchanges: dict[str, Exchange] = {"": self.default_exchange}
         for name_, type_ in PREDECLARED:
@@ -283,7 +283,7 @@ class VirtualHost:
         queue.on_unused = self._auto_delete_queue
         queue.on_dead_letter = self._dead_letter
         self.queues[name] = queue
-        self.end_to_end_queues += queue.confirms_on_ack
+        self.ticket_queues += queue.settles_confirms
         if durable and not exclusive:
             self._definitions_changed()
         return queue
@@ -336,7 +336,7 @@ class VirtualHost:
         count = queue.message_count
         if self.queues.get(queue.name) is queue:
             del self.queues[queue.name]
-            self.end_to_end_queues -= queue.confirms_on_ack
+            self.ticket_queues -= queue.settles_confirms
         queue.delete()
         if queue.durable and not queue.exclusive:
             self._definitions_changed()

@@ -31,8 +31,10 @@ class Queue(ABC):
     type_name: ClassVar[str] = ""  # x-queue-type
     # basic.consume on a channel with a global prefetch limit (quorum queues refuse it).
     supports_global_qos: ClassVar[bool] = True
-    # A publisher's confirm waits for a consumer's ack (x-confirm-on-ack): publish_for_ack.
-    confirms_on_ack: ClassVar[bool] = False
+    # A confirmed publish routed here is confirmed by the queue itself, through the ticket
+    # `publish_with_ticket` gets: an end-to-end queue when a consumer acks, a stream once
+    # its own log has the message on disk.
+    settles_confirms: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -76,12 +78,12 @@ class Queue(ABC):
     def publish(self, message: Message) -> int:
         """Routing and dead-lettering: enqueue; REFUSED, ACCEPTED or STORED (confirm waits)."""
 
-    def publish_for_ack(self, message: Message, ticket: ConfirmTicket) -> int:
-        """Publishing in confirm mode to a queue that `confirms_on_ack`: enqueue; the
-        publish's confirm is settled through `ticket` when a consumer acks the message,
-        or it leaves otherwise. REFUSED (confirmed by the caller, as for `publish`) or
-        ACCEPTED."""
-        raise NotImplementedError(f"{self!r} does not confirm on ack")
+    def publish_with_ticket(self, message: Message, ticket: ConfirmTicket) -> int:
+        """Publishing in confirm mode to a queue that `settles_confirms`: enqueue; the
+        queue settles the publish's confirm through `ticket` (ledger.vouch with itself as
+        the party, or ledger.refuse) when its own rule says. REFUSED (confirmed by the
+        caller, as for `publish`) or ACCEPTED."""
+        raise NotImplementedError(f"{self!r} does not settle confirms")
 
     @abstractmethod
     def reject_publish_dead_letter(self, message: Message) -> None:

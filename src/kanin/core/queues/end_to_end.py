@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 
 class EndToEndQueue(ClassicQueue):
-    confirms_on_ack = True
+    settles_confirms = True
 
     def __init__(self, *positional: Any, **named: Any) -> None:
         args: QueueArgs = named.get("args") or QueueArgs()
@@ -57,7 +57,7 @@ class EndToEndQueue(ClassicQueue):
         self._tickets: dict[int, list[ConfirmTicket]] = {}
         self._dropping = False  # a purge forgets messages that were not acked
 
-    def publish_for_ack(self, message: Message, ticket: ConfirmTicket) -> int:
+    def publish_with_ticket(self, message: Message, ticket: ConfirmTicket) -> int:
         dedup = self._dedup
         key = dedup.key_of(message) if dedup is not None else None
         holder = dedup.holder(key) if dedup is not None and key is not None else None
