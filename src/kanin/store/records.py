@@ -26,6 +26,12 @@ version 1 ENQUEUE reads as priority 0, never expiring. REDELIVERED came later in
 a queue that counts deliveries (x-delivery-limit, quorum) writes one per delivery after a
 return, a first delivery being a DELIVERED; older kanin does not read it.
 
+A stream's log (stream_log.py) is made of the same files and ENQUEUE records, one per
+message, read with the same checks: there the id is the message's stream offset, the
+expires_at_ms field holds the time the message was appended (UNIX ms; nothing in a
+stream expires by it), the queue key is empty (the stream's directory names it) and the
+priority 0. No other record type is written to a stream's log.
+
 A record is valid only if its whole length is present, its checksum matches and its
 fields fill exactly its length (valid UTF-8 names). Reading a file, a record that is not
 valid is skipped: `resync` finds where the next valid record starts, and reading goes on
