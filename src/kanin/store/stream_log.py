@@ -213,8 +213,8 @@ class StreamLog:
         `max_bytes` unless the first alone is bigger, none at or past committed_offset.
         Empty if nothing is committed at or after `start`; possibly fewer than asked for
         while more follow (a read from disk goes through at most SPANS_PER_READ segments).
-        Offsets may skip (see the module docstring): go on from the last one + 1. From the tail cache on the loop when it
-        holds `start`, else from disk on the reader thread."""
+        Offsets may skip (see the module docstring): go on from the last one + 1. From the
+        tail cache on the loop when it holds `start`, else from disk on the reader thread."""
         start = max(start, self.first_offset)
         limit = self.committed_offset
         if start >= limit or start >= self._tail.first:
