@@ -17,7 +17,9 @@ How this works (after LavinMQ's persister and the classic group-commit idea):
   more after a restart (at least once), or without its redelivered flag.
 - A chunk appended with a message id is reported to `on_written` with the offset at
   which it landed, after a successful round and before its waiters run: that is how
-  the store learns where to read a message back.
+  the store learns where to read a message back. After a failed round, `on_lost` (if
+  set) hears the message ids of its chunks instead: they never reach the disk (the
+  stream log drops what it kept of them, stream_log.py).
 - `prelude`, if set, is asked at the start of each round for work to do on the worker
   thread before the round's records are written: the definitions save. If that work
   fails, nothing of the round is written and every waiter gets False; so no round
@@ -81,6 +83,7 @@ class GroupCommitter:
         self.failed = False  # the last round failed: the disk is in trouble
         self._write_failing = False  # the last write of records failed (logged once)
         self.on_written: Callable[[Landed], None] | None = None
+        self.on_lost: Callable[[list[int]], None] | None = None
         self.prelude: Callable[[], Prelude | None] | None = None
         # Called once, on the loop, as the next round starts: what they append goes in it.
         self._openers: list[Callable[[], None]] = []
@@ -198,6 +201,10 @@ class GroupCommitter:
         if not ok:
             # Waiters that joined during this round cover its lost records too.
             waiters, self._waiters = waiters + self._waiters, []
+            if self.on_lost is not None:
+                lost = [message_id for message_id in ids if message_id]
+                if lost:
+                    self.on_lost(lost)
         elif self.on_written is not None:
             offsets = done.result()
             landed = [

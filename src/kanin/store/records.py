@@ -26,6 +26,12 @@ version 1 ENQUEUE reads as priority 0, never expiring. REDELIVERED came later in
 a queue that counts deliveries (x-delivery-limit, quorum) writes one per delivery after a
 return, a first delivery being a DELIVERED; older kanin does not read it.
 
+A stream's log (stream_log.py) is made of the same files and ENQUEUE records, one per
+message, read with the same checks: there the id is the message's stream offset, the
+expires_at_ms field holds the time the message was appended (UNIX ms; nothing in a
+stream expires by it), the queue key is empty (the stream's directory names it) and the
+priority 0. No other record type is written to a stream's log.
+
 A record is valid only if its whole length is present, its checksum matches and its
 fields fill exactly its length (valid UTF-8 names). Reading a file, a record that is not
 valid is skipped: `resync` finds where the next valid record starts, and reading goes on
@@ -68,6 +74,10 @@ _SIMPLE = struct.Struct(">BQH")  # type, id, queue key length
 _COUNTED = struct.Struct(">BQIH")  # REDELIVERED: type, id, returns, queue key length
 _ENQUEUE = struct.Struct(">BQBQBBIIH")  # type, id, priority, expiry, 4 lengths, queue length
 _FRAMED_ENQUEUE = struct.Struct(">II" + _ENQUEUE.format[1:])  # with the length and checksum
+# An ENQUEUE's fixed part, framed, for readers that decode it in place (stream_reads.py):
+# length, checksum, type, id, priority, expiry, exchange, routing key, header, body and
+# queue key lengths; the queue key, exchange, routing key, header and body follow.
+FRAMED_ENQUEUE = _FRAMED_ENQUEUE
 _U8 = struct.Struct(">B")
 _U32 = struct.Struct(">I")
 # A record longer than this is corruption, not data (messages are capped far below).

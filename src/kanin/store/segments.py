@@ -238,6 +238,13 @@ class SegmentLog:
         fd, version = (self._loop_readers if cached_only else self._readers).get(number)
         return record_reads.read_records(fd, version, offsets, cached_only=cached_only)
 
+    def read_span(self, number: int, position: int, size: int) -> tuple[bytes, int]:
+        """Up to `size` raw bytes of a segment from `position` (fewer at its end), and the
+        segment's format version: a stream log's sequential reads (stream_reads.py), on
+        its reader thread, through that thread's descriptors. Raises OSError."""
+        fd, version = self._readers.get(number)
+        return os.pread(fd, size, position), version
+
     def advise(self, number: int, offset: int, length: int, *, on_loop: bool = False) -> None:
         """These bytes of a segment will be read soon: let the kernel start fetching them
         (read-ahead for a deep queue's next batch). Only a hint: failures are ignored."""
