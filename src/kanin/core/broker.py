@@ -16,7 +16,7 @@ from kanin.core.scheduling import Scheduler, Soon
 from kanin.core.vhost import VirtualHost
 
 if TYPE_CHECKING:
-    from kanin.store.api import MessageStore
+    from kanin.store.api import MessageStore, StreamLogs
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,7 @@ class Broker:
         scheduler: Scheduler,
         store: MessageStore | None = None,
         read_rss: RssReader | None = None,
+        streams: StreamLogs | None = None,
     ) -> None:
         self.config = config
         # Queue dispatches and connection writes go through Soon, so a connection can run
@@ -49,6 +50,7 @@ class Broker:
         # after the others have had theirs (Soon would run it within this one).
         self.loop_scheduler = scheduler
         self.store = store
+        self.streams = streams  # where stream queues keep their logs (None: no streams)
         # Set by the server when the broker keeps its definitions on disk.
         self.definitions: DefinitionsSink | None = None
         self.users = UserStore()
@@ -76,6 +78,7 @@ class Broker:
         vhost = VirtualHost(
             name, self.scheduler, self.memory, self.store, self.config.queue_memory_budget_bytes
         )
+        vhost.streams = self.streams
         vhost.on_queue_deleted = self._cancel_consumers
         vhost.on_definitions_changed = self._definitions_changed
         self.vhosts[name] = vhost

@@ -18,7 +18,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 if TYPE_CHECKING:
-    from kanin.store.api import MessageStore
+    from kanin.store.api import CommitRounds
 
 T = TypeVar("T")
 
@@ -26,7 +26,7 @@ T = TypeVar("T")
 class RoundBatches(Generic[T]):
     __slots__ = ("_batches", "_closed", "_on_round_end", "_store")
 
-    def __init__(self, store: MessageStore, on_round_end: Callable[[list[T], bool], None]) -> None:
+    def __init__(self, store: CommitRounds, on_round_end: Callable[[list[T], bool], None]) -> None:
         self._store = store
         self._on_round_end = on_round_end  # (the items of a round, did it succeed)
         self._batches: dict[int, list[T]] = {}

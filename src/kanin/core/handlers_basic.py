@@ -54,15 +54,6 @@ def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
     check_permission(channel.services, "read", "queue", name)
     queue = channel.vhost.get_queue(name, channel.port)
     tag = _consumer_tag(channel, method)
-    if channel.global_prefetch and not queue.supports_global_qos:
-        raise ConnectionError_(
-            C.NOT_IMPLEMENTED,
-            f"queue '{name}' in vhost '{channel.vhost.name}' does not support global qos",
-        )
-    if queue.has_exclusive_consumer() or (method.exclusive and queue.consumers):
-        raise ChannelError(
-            C.ACCESS_REFUSED, f"queue '{name}' in vhost '{channel.vhost.name}' in exclusive use"
-        )
     consumer = Consumer(
         tag,
         channel,
@@ -72,6 +63,16 @@ def basic_consume(channel: Channel, method: commands.Basic.Consume) -> None:
         channel.consumer_prefetch,
         method.arguments or {},
     )
+    queue.admit_consumer(consumer)  # a stream's rules come first, as in RabbitMQ
+    if channel.global_prefetch and not queue.supports_global_qos:
+        raise ConnectionError_(
+            C.NOT_IMPLEMENTED,
+            f"queue '{name}' in vhost '{channel.vhost.name}' does not support global qos",
+        )
+    if queue.has_exclusive_consumer() or (consumer.exclusive and queue.consumers):
+        raise ChannelError(
+            C.ACCESS_REFUSED, f"queue '{name}' in vhost '{channel.vhost.name}' in exclusive use"
+        )
     # consume-ok goes out before any delivery: dispatch only runs on a later loop turn.
     if not method.nowait:
         channel.send_method(build(commands.Basic.ConsumeOk, consumer_tag=tag))

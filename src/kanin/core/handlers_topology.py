@@ -129,6 +129,7 @@ def queue_purge(channel: Channel, method: commands.Queue.Purge) -> None:
     name = method.queue or channel.last_queue_name
     check_permission(channel.services, "read", "queue", name)
     queue = channel.vhost.get_queue(name, channel.port)
+    queue.check_purgeable()
     count = queue.purge()
     if not method.nowait:
         channel.send_method(build(commands.Queue.PurgeOk, message_count=count))

@@ -27,7 +27,7 @@ from kanin.amqp.errors import AMQPError
 from kanin.core.auth import Permission, User
 from kanin.core.definitions_saver import DefinitionsSaver
 from kanin.core.exchanges import DefaultExchange, Exchange
-from kanin.core.queue_args import IMPLEMENTED_TYPES, QUEUE_TYPE, QUEUE_TYPES
+from kanin.core.queue_args import QUEUE_TYPE
 from kanin.core.queues import Queue
 from kanin.errors import StartupError
 from kanin.store import definitions
@@ -35,7 +35,7 @@ from kanin.store.records import EXCHANGE_KEY_PREFIX, parse_exchange_key
 
 if TYPE_CHECKING:
     from kanin.core.broker import Broker
-    from kanin.store.api import MessageStore, Recovered
+    from kanin.store.api import MessageStore, Recovered, StreamLogs
 
 log = logging.getLogger(__name__)
 
@@ -201,7 +201,7 @@ class Persistence:
                 durable=True,
                 exclusive=False,
                 auto_delete=spec["auto_delete"],
-                arguments=_restorable_arguments(spec),
+                arguments=_restorable_arguments(spec, self.broker.streams),
             )
         for spec in document.get("bindings", []):
             vhost = broker.vhosts[spec["vhost"]]
@@ -299,20 +299,20 @@ def _persistable(destination: Queue | Exchange) -> bool:
     return _user_declared(destination) and destination.durable
 
 
-def _restorable_arguments(spec: dict[str, Any]) -> dict[str, Any]:
-    """A queue's saved arguments, less an x-queue-type kanin refuses (stream): an earlier
-    kanin accepted it and made a classic queue. The queue and its messages are
-    kept, as a classic queue without the argument, so a client redeclaring it with that
-    type is told the queue is not one (406 inequivalent arg) instead of believing it is."""
+def _restorable_arguments(spec: dict[str, Any], streams: StreamLogs | None) -> dict[str, Any]:
+    """A queue's saved arguments, less an x-queue-type stream that an earlier kanin took
+    and made a classic queue of (it has no stream log): that queue and its messages are
+    kept, as a classic queue without the argument, so a client redeclaring it as a stream
+    is told the queue is not one (406 inequivalent arg) instead of believing it is."""
     arguments: dict[str, Any] = spec["arguments"]
-    queue_type = arguments.get(QUEUE_TYPE)
-    if queue_type in (None, *IMPLEMENTED_TYPES) or queue_type not in QUEUE_TYPES:
+    if arguments.get(QUEUE_TYPE) != "stream":
+        return arguments
+    if streams is not None and streams.exists(spec["vhost"], spec["name"]):
         return arguments
     log.error(
-        "queue %r in vhost %r was saved with x-queue-type %r, which kanin does not implement: "
-        "restored as a classic queue, without that argument",
+        "queue %r in vhost %r was saved with x-queue-type 'stream' by an earlier kanin, "
+        "which made it a classic queue: restored as a classic queue, without that argument",
         spec["name"],
         spec["vhost"],
-        queue_type,
     )
     return {key: value for key, value in arguments.items() if key != QUEUE_TYPE}

@@ -143,9 +143,7 @@ def _hold_for_queues(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> Co
     return ConfirmTicket(ledger, seq)
 
 
-def _settle_by_queues(
-    channel: Channel, ticket: ConfirmTicket, refused: bool, stored: bool
-) -> None:
+def _settle_by_queues(channel: Channel, ticket: ConfirmTicket, refused: bool, stored: bool) -> None:
     """Routing is over: a refusal nacks now; else the confirm also waits, as usual, for the
     disk if anything was stored, and for the queues that settle confirms."""
     ledger, seq = ticket

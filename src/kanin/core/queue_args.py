@@ -18,12 +18,12 @@ from typing import Any
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError
 from kanin.core.field_values import wire_type_name
+from kanin.core.stream_args import StreamArgs, parse_stream_args
 
 OVERFLOW_MODES = ("drop-head", "reject-publish", "reject-publish-dlx")
 QUEUE_MODES = ("default", "lazy")
 QUEUE_TYPE = "x-queue-type"
 QUEUE_TYPES = ("classic", "quorum", "stream")  # the types RabbitMQ 3.10 knows
-IMPLEMENTED_TYPES = ("classic", "quorum")
 # The arguments RabbitMQ 3.10 knows that each type refuses, in its words "invalid arg 'x'
 # for queue 'q' in vhost '/' of queue type rabbit_classic_queue" (measured on 3.10.8).
 _STREAM_ONLY = ("x-max-age", "x-stream-max-segment-size-bytes", "x-initial-cluster-size")
@@ -47,6 +47,16 @@ REFUSED_BY_TYPE: dict[str, tuple[str, ...]] = {
         "x-confirm-timeout",
     ),
 }
+# A stream takes only what RabbitMQ 3.10's stream queue lists (x-max-length-bytes,
+# x-max-age, x-stream-max-segment-size-bytes, x-initial-cluster-size,
+# x-queue-leader-locator); every other argument known here is refused, and only these
+# are compared when a stream is declared again.
+STREAM_ARGUMENTS = (
+    "x-queue-type",
+    "x-max-length-bytes",
+    *_STREAM_ONLY,
+    "x-queue-leader-locator",
+)
 DEAD_LETTER_STRATEGIES = ("at-most-once", "at-least-once")
 # x-delayed-retry-type: which returns are held back (see core/queues/returns.py).
 RETRY_TYPES = ("all", "returned", "failed", "disabled")
@@ -106,6 +116,9 @@ class ReturnArgs:
         return min(delay, MAX_TTL_MS)
 
 
+NOT_A_STREAM = StreamArgs()
+
+
 @dataclass(frozen=True)
 class QueueArgs:
     message_ttl_ms: int | None = None
@@ -128,6 +141,7 @@ class QueueArgs:
     # core/queues/end_to_end.py); x-confirm-timeout: how long a message waits there.
     confirm_on_ack: bool = False
     confirm_timeout_ms: int = DEFAULT_CONFIRM_TIMEOUT_MS
+    stream: StreamArgs = NOT_A_STREAM  # x-max-age, x-stream-max-segment-size-bytes
 
     @property
     def rejects_publish(self) -> bool:
@@ -178,6 +192,11 @@ KNOWN_ARGUMENTS: tuple[str, ...] = (
     "x-dead-letter-strategy",
     "x-quorum-initial-group-size",
 )
+REFUSED_BY_TYPE["stream"] = tuple(
+    key
+    for key in (*KNOWN_ARGUMENTS, *REFUSED_BY_TYPE["classic"], *REFUSED_BY_TYPE["quorum"])
+    if key not in STREAM_ARGUMENTS
+)
 
 
 class _Checker:
@@ -221,18 +240,11 @@ class _Checker:
 
 
 def _queue_type(check: _Checker) -> str:
-    """x-queue-type: classic (the default) and quorum are what kanin implements. A stream is
-    refused, never quietly made classic: a client asking for one must not get a queue with
-    other guarantees and other semantics."""
+    """x-queue-type: classic (the default), quorum or stream."""
     queue_type = check.string(QUEUE_TYPE)
-    if queue_type is None or queue_type in IMPLEMENTED_TYPES:
+    if queue_type is None or queue_type in QUEUE_TYPES:
         return queue_type or "classic"
-    if queue_type not in QUEUE_TYPES:
-        raise check.fail(QUEUE_TYPE, f"\"unsupported queue type '{queue_type}'\"")
-    raise check.fail(
-        QUEUE_TYPE,
-        f"\"queue type '{queue_type}' is not implemented by kanin; 'classic' and 'quorum' are\"",
-    )
+    raise check.fail(QUEUE_TYPE, f"\"unsupported queue type '{queue_type}'\"")
 
 
 def _check_type_arguments(check: _Checker, queue_type: str) -> None:
@@ -246,11 +258,11 @@ def _check_type_arguments(check: _Checker, queue_type: str) -> None:
             )
 
 
-def check_quorum_flags(
+def check_durable_flags(
     queue: str, vhost: str, *, durable: bool, exclusive: bool, auto_delete: bool
 ) -> None:
-    """A quorum queue is durable, shared and kept: RabbitMQ 3.10 names the first flag that
-    says otherwise (after the arguments are found valid)."""
+    """A quorum queue or a stream is durable, shared and kept: RabbitMQ 3.10 names the
+    first flag that says otherwise (after the arguments are found valid)."""
     for wrong, name in (
         (auto_delete, "auto-delete"),
         (exclusive, "exclusive-owner"),
@@ -298,6 +310,11 @@ def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> Queue
     check.integer("x-max-in-memory-length")
     check.integer("x-max-in-memory-bytes")
     returns = _return_args(check, queue_type)
+    stream = NOT_A_STREAM
+    if queue_type == "stream":
+        check.integer("x-stream-max-segment-size-bytes")
+        check.integer("x-initial-cluster-size", positive=True)
+        stream = parse_stream_args(arguments, queue, vhost)
     return QueueArgs(
         message_ttl_ms=check.integer("x-message-ttl", maximum=MAX_TTL_MS),
         expires_ms=check.integer("x-expires", positive=True, maximum=MAX_TTL_MS),
@@ -317,6 +334,7 @@ def parse_queue_args(arguments: dict[str, Any], queue: str, vhost: str) -> Queue
         confirm_on_ack=_boolean(check, "x-confirm-on-ack"),
         confirm_timeout_ms=check.integer("x-confirm-timeout", positive=True, maximum=MAX_TTL_MS)
         or DEFAULT_CONFIRM_TIMEOUT_MS,
+        stream=stream,
     )
 
 

@@ -30,12 +30,18 @@ from kanin.core.memory import MemoryMonitor
 from kanin.core.message import Entry
 from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES
 from kanin.core.permissions import Authorize
-from kanin.core.queue_args import KNOWN_ARGUMENTS, QUEUE_TYPE, parse_queue_args, same_queue_type
+from kanin.core.queue_args import (
+    KNOWN_ARGUMENTS,
+    QUEUE_TYPE,
+    STREAM_ARGUMENTS,
+    parse_queue_args,
+    same_queue_type,
+)
 from kanin.core.queues import Queue
 from kanin.core.scheduling import Scheduler
 
 if TYPE_CHECKING:
-    from kanin.store.api import MessageStore
+    from kanin.store.api import MessageStore, StreamLogs
 
 PREDECLARED = (
     ("amq.direct", "direct"),
@@ -59,6 +65,7 @@ class VirtualHost:
         self.scheduler = scheduler
         self.memory = memory
         self.store = store
+        self.streams: StreamLogs | None = None  # set by the broker
         self.queue_memory_budget_bytes = queue_memory_budget_bytes
         # Called when a durable definition changes, so it can be saved.
         self.on_definitions_changed: Callable[[], None] | None = None
@@ -246,6 +253,11 @@ class VirtualHost:
         if passive:
             return self.get_queue(name, connection)
         if name == "":
+            if arguments.get("x-queue-type") == "stream":
+                raise ChannelError(
+                    C.PRECONDITION_FAILED,
+                    "Cannot declare a server-named queue for type rabbit_stream_queue",
+                )
             name = "amq.gen-" + base64.urlsafe_b64encode(secrets.token_bytes(16)).decode()[:22]
         elif name.startswith("amq."):
             raise ChannelError(
@@ -278,6 +290,7 @@ class VirtualHost:
             arguments=arguments,
             args=args,
             store=self.store,
+            streams=self.streams,
             memory_budget_bytes=self.queue_memory_budget_bytes,
         )
         queue.on_unused = self._auto_delete_queue
@@ -307,7 +320,7 @@ class VirtualHost:
             ("durable", durable, existing.durable),
             ("auto_delete", auto_delete, existing.auto_delete),
         )
-        keys = KNOWN_ARGUMENTS
+        keys = STREAM_ARGUMENTS if existing.type_name == "stream" else KNOWN_ARGUMENTS
         if same_queue_type(existing.arguments, arguments):
             keys = tuple(key for key in keys if key != QUEUE_TYPE)
         check_equivalent_args(existing.arguments, arguments, what, keys)
@@ -321,6 +334,9 @@ class VirtualHost:
             self.remove_queue(queue)
 
     def delete_queue(self, queue: Queue, if_unused: bool, if_empty: bool) -> int:
+        if queue.type_name == "stream":  # RabbitMQ 3.10 ignores both flags, and answers 0
+            self.remove_queue(queue)
+            return 0
         if if_unused and queue.consumers:
             raise ChannelError(
                 C.PRECONDITION_FAILED, f"queue '{queue.name}' {self._where()} in use"

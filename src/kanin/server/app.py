@@ -23,6 +23,7 @@ from kanin.server.disk import DiskMonitor
 from kanin.server.rss import RssReader, RssWatch, give_back_free_memory
 from kanin.server.scheduler import LoopScheduler
 from kanin.store.file_store import FileStore
+from kanin.store.stream_logs import FileStreamLogs
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,7 @@ class BrokerServer:
         self.config = config
         self.broker: Broker | None = None
         self.store: FileStore | None = None
+        self.streams: FileStreamLogs | None = None
         self.persistence: Persistence | None = None
         self._stats_task: asyncio.Task[None] | None = None
         self.disk: DiskMonitor | None = None
@@ -61,7 +63,10 @@ class BrokerServer:
         if self.config.memory_watch_rss:
             self.rss = RssReader()
         read_rss = self.rss.read if self.rss is not None else None
-        self.broker = broker = Broker(self.config, LoopScheduler(loop), self.store, read_rss)
+        self.streams = FileStreamLogs(data_dir / "streams", loop)
+        self.broker = broker = Broker(
+            self.config, LoopScheduler(loop), self.store, read_rss, streams=self.streams
+        )
         persistence = Persistence(broker, data_dir, self.store)
         persistence.restore()
         give_back_free_memory()
@@ -157,6 +162,8 @@ class BrokerServer:
         for server in self._servers:
             await server.wait_closed()
         self._servers.clear()
+        if self.streams is not None:
+            await self.streams.close()
         if self.store is not None:
             await self.store.close()
         if self.persistence is not None:

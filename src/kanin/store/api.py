@@ -17,6 +17,8 @@ How this works:
   ticket. core/commit_rounds.py groups what waits by ticket, one `after_commit` per
   round: the confirm ledger (publisher confirms) and the queue (dropping what a failed
   round held) wait that way; tx.commit and the definitions saver call `after_commit`;
+- Streams (x-queue-type stream) keep their own logs, not here: `StreamLogs` opens one
+  per stream (store/stream_logs.py); `StreamLog` is what a stream queue needs of it.
 - `recover` returns, per queue, the messages still in it, in order, as what the queue
   needs to order, expire, prioritise and count them (Recovered): never their bodies;
 - `close` makes everything recorded so far durable and lets go of the files.
@@ -145,4 +147,80 @@ class MessageStore(Protocol):
     async def close(self) -> None:
         """The orderly stop (server/app.py): everything recorded so far is made durable,
         then the store is done; nothing may be recorded after."""
+        ...
+
+
+class CommitRounds(Protocol):
+    """What waiting on commit rounds needs (core/commit_rounds.py): the message store
+    has it, and so has each stream's log."""
+
+    def pending_round(self) -> int: ...
+
+    def after_commit(self, waiter: Waiter) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """One message of a stream, read back."""
+
+    offset: int
+    timestamp_ms: int  # when it was appended, UNIX ms
+    exchange: str
+    routing_key: str
+    header: bytes  # the encoded content header, as stored
+    body: bytes
+
+
+class StreamLog(Protocol):
+    """One stream's append-only log, as its queue (core/queues/stream.py) uses it; the
+    file implementation (store/stream_log.py) says how it works."""
+
+    next_offset: int  # the offset the next append gets
+    committed_offset: int  # every offset below it is on disk; readers see no further
+
+    @property
+    def first_offset(self) -> int: ...
+
+    def append(
+        self, exchange: str, routing_key: str, header: bytes, body: bytes, timestamp_ms: int
+    ) -> int: ...
+
+    def pending_round(self) -> int: ...
+
+    def after_commit(self, waiter: Waiter) -> None: ...
+
+    def on_committed(self, callback: Callable[[], None]) -> None: ...
+
+    def read_later(
+        self,
+        start: int,
+        max_records: int,
+        max_bytes: int,
+        done: Callable[[list[StreamRecord]], None],
+    ) -> None: ...
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int: ...
+
+    def size_bytes(self) -> int: ...
+
+    def apply_retention(
+        self, max_bytes: int | None, max_age_ms: int | None, now_ms: int
+    ) -> int: ...
+
+
+class StreamLogs(Protocol):
+    """Where streams keep their logs: the vhost asks for one per stream it declares or
+    restores (store/stream_logs.py keeps them under the data directory)."""
+
+    def open(self, vhost: str, queue: str, segment_bytes: int) -> StreamLog:
+        """The stream's log, recovered: at declare and at start-up."""
+        ...
+
+    def exists(self, vhost: str, queue: str) -> bool:
+        """Has this stream a log on disk (start-up: is a saved stream really one)?"""
+        ...
+
+    def remove(self, stream: StreamLog) -> None:
+        """The stream was deleted: its log is closed and its files go (in the background;
+        a stream declared again under its name starts empty)."""
         ...

@@ -25,23 +25,13 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from operator import attrgetter
 
+from kanin.store.api import StreamRecord
+
 # One sparse index entry every this many records of a segment: 3 x 8 bytes per 1,024
 # records, and a read decodes at most 1,023 records it does not return to get going.
 INDEX_EVERY = 1024
 # What a cached record costs beyond its encoded size: the StreamRecord and list slot.
 ENTRY_OVERHEAD_BYTES = 120
-
-
-@dataclass(frozen=True, slots=True)
-class StreamRecord:
-    """One message of a stream, read back or from the tail cache."""
-
-    offset: int
-    timestamp_ms: int  # when it was appended, UNIX ms (the caller's clock)
-    exchange: str
-    routing_key: str
-    header: bytes  # the encoded content-header properties, as stored
-    body: bytes
 
 
 @dataclass(slots=True)

@@ -58,9 +58,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kanin.store import records
+from kanin.store.api import StreamRecord
 from kanin.store.committer import GroupCommitter, Landed, Waiter
 from kanin.store.segments import SegmentLog
-from kanin.store.stream_index import StreamIndex, StreamRecord, TailCache
+from kanin.store.stream_index import StreamIndex, TailCache
 from kanin.store.stream_reads import DiskRead, SegmentSpan, SpanReader
 
 __all__ = ["StreamLog", "StreamRecord"]
@@ -402,6 +403,11 @@ class StreamLog:
         await self._committer.drain()
         self._committer.close()
         self._closed = True
+
+    def relocate(self, directory: Path) -> None:
+        """Its directory was renamed (store/stream_logs.py, as the stream is deleted):
+        whatever is still written or read goes there."""
+        self.directory = self._segments.directory = directory
 
     def delete(self) -> None:
         """The stream queue was deleted, after `close`: every file of the stream goes, its

@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kanin.store import records
-from kanin.store.stream_index import StreamRecord
+from kanin.store.api import StreamRecord
 
 log = logging.getLogger(__name__)
 

@@ -11,6 +11,8 @@ How this works:
   every message stored, deliveries counted, returns placed as RabbitMQ places them.
 - `end_to_end.EndToEndQueue`: a classic queue declared with x-confirm-on-ack, whose
   publishers are confirmed when a consumer acks.
+- `stream.StreamQueue`: RabbitMQ's stream, an append-only log that consumers read from
+  offsets of their choosing; its log comes from the store's `StreamLogs`.
 - `create` picks the type from the declared x-queue-type (already validated by
   core/queue_args.py). A new type is a module here subclassing `base.Queue`, and
   one entry in TYPES.
@@ -22,17 +24,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kanin.core.queue_args import check_quorum_flags
+from kanin.amqp import constants as C
+from kanin.amqp.errors import ChannelError
+from kanin.core.queue_args import check_durable_flags
 from kanin.core.queues.base import ACCEPTED, REFUSED, STORED, Queue
 from kanin.core.queues.classic import ClassicQueue
 from kanin.core.queues.end_to_end import EndToEndQueue
 from kanin.core.queues.quorum import QuorumQueue
+from kanin.core.queues.stream import StreamQueue
 
 if TYPE_CHECKING:
     from kanin.core.memory import MemoryMonitor
     from kanin.core.queue_args import QueueArgs
     from kanin.core.scheduling import Scheduler
-    from kanin.store.api import MessageStore
+    from kanin.store.api import MessageStore, StreamLogs
 
 __all__ = [
     "ACCEPTED",
@@ -43,11 +48,11 @@ __all__ = [
     "EndToEndQueue",
     "Queue",
     "QuorumQueue",
+    "StreamQueue",
     "create",
 ]
 
-# x-queue-type -> the class. Types RabbitMQ has and kanin not yet are refused earlier,
-# when the arguments are parsed.
+# x-queue-type -> the class, for those made alike (a stream is made apart: its log).
 TYPES: dict[str, Callable[..., Queue]] = {"classic": ClassicQueue, "quorum": QuorumQueue}
 
 
@@ -64,18 +69,26 @@ def create(
     args: QueueArgs,
     store: MessageStore | None,
     memory_budget_bytes: int,
+    streams: StreamLogs | None = None,
 ) -> Queue:
     """A new queue of the type its arguments ask for (classic when they do not say)."""
     kind = arguments.get("x-queue-type") or "classic"
     if isinstance(kind, bytes):
         kind = kind.decode()
-    if kind == "quorum":
-        check_quorum_flags(
+    if kind in ("quorum", "stream"):
+        check_durable_flags(
             name,
             vhost,
             durable=durable,
             exclusive=exclusive_owner is not None,
             auto_delete=auto_delete,
+        )
+    if kind == "stream":
+        if streams is None:
+            raise ChannelError(C.NOT_IMPLEMENTED, "streams need a data directory")
+        log = streams.open(vhost, name, args.stream.segment_bytes)
+        return StreamQueue(
+            name, vhost, scheduler, log=log, logs=streams, arguments=arguments, args=args
         )
     cls = EndToEndQueue if kind == "classic" and args.confirm_on_ack else TYPES[kind]
     return cls(

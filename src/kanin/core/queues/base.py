@@ -116,6 +116,15 @@ class Queue(ABC):
     def dead_letter(self, entries: list[Entry], reason: str) -> None:
         """Channel (reject/nack without requeue): the messages leave, via the DLX if any."""
 
+    def check_purgeable(self) -> None:
+        """queue.purge, before `purge`: raise if the type refuses it (a stream does)."""
+        return None  # every type but the stream purges
+
+    def admit_consumer(self, consumer: Consumer) -> None:
+        """basic.consume, first thing: raise if the type refuses this consumer, or change
+        what the type ignores of it."""
+        return None  # the stream has rules of its own
+
     @abstractmethod
     def purge(self) -> int:
         """queue.purge and the vhost deleting the queue: drop every ready message."""
