@@ -321,19 +321,6 @@ def test_classic_queue_type_is_the_same_as_none_on_redeclare(
     assert channel.queue_declare(queue, arguments=second).method.queue == queue
 
 
-@pytest.mark.kanin_only
-def test_stream_queues_are_refused(conn: BlockingConnection, unique: Unique) -> None:
-    # RabbitMQ 3.10 declares these (durable, not exclusive). kanin does not implement them
-    # yet, and refuses them rather than give a queue with other guarantees.
-    queue = unique("stream")
-    assert refusal(conn, queue, {"x-queue-type": "stream"}, durable=True) == (
-        406,
-        f"PRECONDITION_FAILED - invalid arg 'x-queue-type' for queue '{queue}' in vhost '/': "
-        "\"queue type 'stream' is not implemented by kanin; 'classic' and 'quorum' are\"",
-    )
-    assert not exists(conn, queue)
-
-
 def test_passive_declare_ignores_arguments(
     conn: BlockingConnection, unique: Unique, doomed: list[str]
 ) -> None:

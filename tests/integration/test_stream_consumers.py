@@ -260,14 +260,11 @@ def test_purge_is_refused(stream: Any, conn: BlockingConnection) -> None:
     code, text = closes_connection(conn, lambda: conn.channel().queue_purge(name))
     assert (code, text) == (
         540,
-        f"NOT_IMPLEMENTED - queue.purge not supported by stream queues queue '{name}' "
-        "in vhost '/'",
+        f"NOT_IMPLEMENTED - queue.purge not supported by stream queues queue '{name}' in vhost '/'",
     )
 
 
-def test_deleted_and_declared_again_it_starts_empty(
-    stream: Any, conn: BlockingConnection
-) -> None:
+def test_deleted_and_declared_again_it_starts_empty(stream: Any, conn: BlockingConnection) -> None:
     name = stream()
     publish(conn, name, 5)
     channel = conn.channel()
@@ -382,3 +379,16 @@ def test_aio_pika_reads_from_an_offset(stream: Any, conn: BlockingConnection, br
     name = stream()
     publish(conn, name, 5)
     assert asyncio.run(_aio_read(broker.url, name, 3)) == [2, 3, 4]
+
+
+def test_deleting_a_stream_cancels_its_consumers(stream: Any, conn: BlockingConnection) -> None:
+    name = stream()
+    channel = conn.channel()
+    channel.basic_qos(prefetch_count=10)
+    cancelled: list[Any] = []
+    channel.add_on_cancel_callback(cancelled.append)
+    consume(channel, name, [])
+    conn.channel().queue_delete(name)
+    process_events_until(conn, lambda: bool(cancelled))
+    assert cancelled, "basic.cancel from the broker"
+    assert channel.is_open and conn.is_open

@@ -325,3 +325,34 @@ def test_a_disk_party_added_later_is_waited_for_too() -> None:
     assert ledger.drain() == ([], [(1, False)])
     ledger.add_disk(seq)  # no longer pending: nothing to wait for
     assert ledger.pending_count == 0 and store.waiters == {}
+
+
+def test_held_acks_above_a_pending_seq_wait_for_a_multiple_ack() -> None:
+    ledger = ConfirmLedger()
+    seqs = publish(ledger, 5, hold=True)
+    for seq in seqs[1:]:
+        ledger.confirm(seq)  # 2..5 settle first
+    assert ledger.drain(hold_above=True) == ([], [])
+    assert ledger.holds_acks(), "2..5 wait for 1"
+    ledger.confirm(seqs[0])
+    assert ledger.drain(hold_above=True) == ([], [(5, True)]), "one frame for all five"
+    assert not ledger.holds_acks()
+
+
+def test_held_acks_go_out_singly_when_no_longer_held() -> None:
+    ledger = ConfirmLedger()
+    publish(ledger, 3, hold=True)
+    ledger.confirm(2)
+    ledger.confirm(3)
+    assert ledger.drain(hold_above=True) == ([], [])
+    assert ledger.drain() == ([], [(2, False), (3, False)])
+    assert not ledger.holds_acks()
+
+
+def test_holding_never_delays_acks_below_the_floor() -> None:
+    ledger = ConfirmLedger()
+    publish(ledger, 4, hold=True)
+    for seq in (1, 2, 4):
+        ledger.confirm(seq)
+    assert ledger.drain(hold_above=True) == ([], [(2, True)])
+    assert ledger.holds_acks(), "4 waits for 3"

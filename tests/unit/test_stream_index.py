@@ -8,7 +8,8 @@ import random
 import pytest
 
 from kanin.store import stream_index
-from kanin.store.stream_index import INDEX_EVERY, StreamIndex, StreamRecord, TailCache
+from kanin.store.api import StreamRecord
+from kanin.store.stream_index import INDEX_EVERY, StreamIndex, TailCache
 
 HEADER = 8  # a segment file's header: the first record's position
 

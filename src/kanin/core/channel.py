@@ -48,8 +48,12 @@ from kanin.core.unacked import Unacked, UnackedLedger
 
 if TYPE_CHECKING:
     from kanin.core.ports import ChannelServices, ConnectionPort
+    from kanin.core.scheduling import Cancellable
 
 log = logging.getLogger(__name__)
+
+# How long an out-of-order publisher confirm may wait for a multiple ack to cover it.
+HOLD_ACKS_S = 0.01
 
 
 class Channel:
@@ -69,6 +73,8 @@ class Channel:
         # prefetch reached, socket not writable): `wake` gives them back their turns.
         self.parked: dict[Consumer, None] = {}
         self.confirms: ConfirmLedger | None = None  # set by confirm.select
+        self._held_timer: Cancellable | None = None  # held acks go out when it fires
+        self._release_held = False
         self.tx: list[tuple[str, Any]] | None = None  # buffered publishes/acks in tx mode
         self.last_queue_name = ""
         self.reply: ReplyConsumer | None = None  # set and cleared by reply_to.ReplyRegistry
@@ -148,18 +154,32 @@ class Channel:
         """End of an event-loop turn: send the coalesced publisher confirms."""
         if self.confirms is None or self.closing:
             return
-        self.send_confirms()
+        self.send_confirms(final=self._release_held)
 
-    def send_confirms(self) -> None:
-        """Send the acks and nacks resolved so far, coalesced (see ConfirmLedger.drain)."""
-        assert self.confirms is not None
-        nacks, acks = self.confirms.drain()
+    def send_confirms(self, final: bool = True) -> None:
+        """Send the acks and nacks resolved so far, coalesced (see ConfirmLedger.drain).
+        Unless `final`, acks above a confirm still pending wait up to HOLD_ACKS_S for a
+        multiple ack to cover them: out-of-order confirms (end-to-end queues) went out
+        one frame each, most of a frame per message."""
+        confirms = self.confirms
+        assert confirms is not None
+        self._release_held = False
+        nacks, acks = confirms.drain(hold_above=not final)
         for seq in nacks:
             self.send_method(
                 build(commands.Basic.Nack, delivery_tag=seq, multiple=False, requeue=False)
             )
         for seq, multiple in acks:
             self.port.send(encode_ack(self.id, seq, multiple))
+        if confirms.holds_acks() and self._held_timer is None:
+            self._held_timer = self.vhost.scheduler.call_later(HOLD_ACKS_S, self._held_due)
+
+    def _held_due(self) -> None:
+        """Held acks have waited long enough: out with them at the next flush, singly."""
+        self._held_timer = None
+        if self.confirms is not None and not self.closing:
+            self._release_held = True
+            self.port.request_flush(self)
 
     # -- deliveries ---------------------------------------------------------------
 
@@ -344,6 +364,8 @@ class Channel:
         self.services.replies.cancel(self)
         if self.confirms is not None:
             self.confirms.close()  # no confirm goes out on a closed channel
+        if self._held_timer is not None:
+            self._held_timer.cancel()
         uncommitted = [r for kind, args in (self.tx or []) if kind == "settle" for r in args[0]]
         self.tx = None
         self.unacked.restore(uncommitted)

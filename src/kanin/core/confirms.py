@@ -13,11 +13,14 @@ RabbitMQ's rabbit_confirms and coalesce_and_send):
   for end-to-end confirms). Publishes with nothing to wait for never enter pending.
 - `drain` turns everything resolved since the last drain into frames to send:
   nacks one by one first, then acks, coalesced: all acked seqs below the smallest
-  seq still pending or nacked go out as one ack with multiple=true, the rest singly.
+  seq still pending or nacked go out as one ack with multiple=true, the rest singly,
+  or (`hold_above`) not yet: confirms that resolve out of order (end-to-end queues,
+  acked by consumers in their own order) would otherwise cost a frame each.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -138,24 +141,38 @@ class ConfirmLedger:
     def has_output(self) -> bool:
         return bool(self._acked or self._nacked)
 
-    def drain(self) -> tuple[list[int], list[tuple[int, bool]]]:
-        """Return (nacks, acks as (tag, multiple)) resolved since the last drain."""
+    def drain(self, hold_above: bool = False) -> tuple[list[int], list[tuple[int, bool]]]:
+        """Return (nacks, acks as (tag, multiple)) resolved since the last drain. With
+        `hold_above`, acks above the smallest seq still pending or nacked stay for a later
+        drain, when a multiple ack may cover them (see Channel.send_confirms)."""
         nacks, self._nacked = self._nacked, []
         acked, self._acked = self._acked, []
         if not acked:
             return nacks, []
         acked.sort()
         # As RabbitMQ's coalesce_and_send: a multiple ack stops below anything not acked,
-        # still pending or nacked in this same batch.
-        unacked = [*self._pending, *nacks]
-        floor = min(unacked) if unacked else None
-        below = acked if floor is None else [s for s in acked if s < floor]
-        above = [] if floor is None else [s for s in acked if s > floor]
+        # still pending or nacked in this same batch. Seqs enter `pending` in order and
+        # keep their place, so its first key is its smallest.
+        floor = next(iter(self._pending), None)
+        if nacks:
+            floor = min(nacks) if floor is None else min(floor, *nacks)
+        if floor is None:
+            below, above = acked, []
+        else:
+            cut = bisect_left(acked, floor)
+            below, above = acked[:cut], acked[cut:]
         acks: list[tuple[int, bool]] = []
         if below:
             acks.append((below[-1], len(below) > 1))
-        acks.extend((seq, False) for seq in above)
+        if hold_above:
+            self._acked = above
+        else:
+            acks.extend((seq, False) for seq in above)
         return nacks, acks
+
+    def holds_acks(self) -> bool:
+        """Acks held back by a `drain(hold_above=True)`, or resolved since: some to send."""
+        return bool(self._acked)
 
 
 class ConfirmTicket(NamedTuple):
