@@ -143,3 +143,16 @@ def encode_properties(properties: commands.Basic.Properties) -> bytes:
 def encode_header(body_size: int, properties: commands.Basic.Properties) -> bytes:
     """A whole content-header payload: class, weight, body size and properties."""
     return _BASIC_HEADER.pack(BASIC_CLASS_ID, 0, body_size) + encode_properties(properties)
+
+
+def encode_header_with(
+    body_size: int, properties: commands.Basic.Properties, headers: dict[str, Any]
+) -> bytes:
+    """encode_header with `headers` in place of the properties' own, which are left as
+    they were: copying a pamqp Properties (copy.copy) costs more than encoding it."""
+    own = properties.headers
+    properties.headers = headers
+    try:
+        return encode_header(body_size, properties)
+    finally:
+        properties.headers = own

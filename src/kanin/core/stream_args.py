@@ -16,7 +16,6 @@ basic.get, basic.nack, basic.reject and queue.purge are refused (`refuse`).
 
 from __future__ import annotations
 
-import copy
 import re
 from dataclasses import dataclass
 from datetime import datetime
@@ -24,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError, ConnectionError_
-from kanin.amqp.tables import LongLong, encode_header
+from kanin.amqp.tables import LongLong, encode_header_with
 from kanin.core.field_values import wire_type_name
 
 if TYPE_CHECKING:
@@ -184,7 +183,6 @@ def stream_offset_header(message: Message, offset: int) -> bytes:
     """The message's content header with x-stream-offset (a signed 64-bit 'l', as RabbitMQ
     writes it) set to `offset`, replacing any the publisher set; RabbitMQ sorts a header
     table it changes, and so does this."""
-    properties = copy.copy(message.properties)
+    properties = message.properties
     headers = {**(properties.headers or {}), OFFSET_HEADER: LongLong(offset)}
-    properties.headers = dict(sorted(headers.items()))
-    return encode_header(len(message.body), properties)
+    return encode_header_with(len(message.body), properties, dict(sorted(headers.items())))

@@ -22,13 +22,12 @@ How this works:
 
 from __future__ import annotations
 
-import copy
 import functools
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from kanin.amqp.tables import LongLong, encode_header
+from kanin.amqp.tables import LongLong, encode_header_with
 from kanin.core.message import Entry, Message
 from kanin.core.paging import message_of
 from kanin.core.queue_args import RETURNED, UNSENT, ReturnArgs
@@ -49,10 +48,9 @@ def delivery_count_header(message: Message, count: int) -> bytes:
     """The message's content header with x-delivery-count set to `count` (a 64-bit 'l',
     as RabbitMQ writes it), replacing any the publisher set; RabbitMQ sorts a header table
     it changes, and so does this."""
-    properties = copy.copy(message.properties)
+    properties = message.properties
     headers = {**(properties.headers or {}), DELIVERY_COUNT: LongLong(count)}
-    properties.headers = dict(sorted(headers.items()))
-    header = encode_header(len(message.body), properties)
+    header = encode_header_with(len(message.body), properties, dict(sorted(headers.items())))
     message.shed_properties()  # a queued message keeps only its bytes (see Message)
     return header
 

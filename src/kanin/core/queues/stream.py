@@ -99,12 +99,8 @@ class StreamQueue(Queue):
 
     @property
     def first_offset(self) -> int:
+        """The oldest offset still in the stream (retention moves it up)."""
         return self.log.first_offset
-
-    @property
-    def last_offset(self) -> int:
-        """The offset of the newest committed message (-1 while there is none)."""
-        return self.log.committed_offset - 1
 
     # -- publishing ---------------------------------------------------------------------
 
