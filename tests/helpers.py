@@ -137,6 +137,20 @@ def process_events_until(
 
 # --- consuming and publishing with pika -------------------------------------------------------
 
+STREAM: dict[str, Any] = {"x-queue-type": "stream"}
+
+
+def publish_numbered(
+    conn: BlockingConnection, queue: str, count: int, start: int = 0, size: int = 0
+) -> None:
+    """`count` messages with bodies b"m<n>" (padded with dots to `size`), confirmed: on
+    the queue when this returns."""
+    channel = conn.channel()
+    channel.confirm_delivery()
+    for n in range(start, start + count):
+        channel.basic_publish("", queue, (b"m%d" % n).ljust(size, b"."))
+    channel.close()
+
 
 @dataclass
 class Got:

@@ -4,12 +4,13 @@ and unique. Plain helper functions are in tests/helpers.py."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingConnection
 
-from helpers import Endpoint
+from helpers import STREAM, Endpoint, delete_afterwards
 from rawamqp import RawClient
 
 
@@ -30,3 +31,20 @@ def raw(broker: Endpoint) -> Iterator[RawClient]:
     with RawClient.connect(broker.host, broker.port) as client:
         client.handshake()
         yield client
+
+
+@pytest.fixture
+def stream(broker: Endpoint, conn: BlockingConnection, unique: Any) -> Iterator[Any]:
+    """declare(prefix, **arguments) -> the name of a new stream (deleted afterwards on an
+    external broker)."""
+    cleanup = delete_afterwards(broker, lambda channel, name: channel.queue_delete(name))
+    names = next(cleanup)
+
+    def declare(prefix: str = "st", **arguments: Any) -> str:
+        name = unique(prefix)
+        names.append(name)
+        conn.channel().queue_declare(name, durable=True, arguments={**STREAM, **arguments})
+        return name
+
+    yield declare
+    next(cleanup, None)

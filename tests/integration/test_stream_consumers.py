@@ -16,33 +16,12 @@ import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
-from helpers import delete_afterwards, process_events_until
-
-STREAM = {"x-queue-type": "stream"}
+from helpers import STREAM, delete_afterwards, process_events_until, publish_numbered
 
 
 @pytest.fixture
 def doomed(broker: Any) -> Iterator[list[str]]:
     yield from delete_afterwards(broker, lambda channel, name: channel.queue_delete(name))
-
-
-@pytest.fixture
-def stream(conn: BlockingConnection, unique: Any, doomed: list[str]) -> Any:
-    def declare(prefix: str = "sc", **arguments: Any) -> str:
-        name = unique(prefix)
-        doomed.append(name)
-        conn.channel().queue_declare(name, durable=True, arguments={**STREAM, **arguments})
-        return name
-
-    return declare
-
-
-def publish(conn: BlockingConnection, queue: str, count: int, size: int = 2) -> None:
-    channel = conn.channel()
-    channel.confirm_delivery()
-    for n in range(count):
-        channel.basic_publish("", queue, (b"%d:" % n).ljust(size, b"."))
-    channel.close()
 
 
 def consume(channel: BlockingChannel, queue: str, into: list[Any], offset: Any = "first") -> str:
@@ -119,7 +98,7 @@ def test_consumer_priority_is_refused(stream: Any, conn: BlockingConnection) -> 
 
 def test_exclusive_consumers_do_not_exclude(stream: Any, conn: BlockingConnection) -> None:
     name = stream()
-    publish(conn, name, 2)
+    publish_numbered(conn, name, 2)
     channel = conn.channel()
     channel.basic_qos(prefetch_count=10)
     first: list[Any] = []
@@ -174,7 +153,7 @@ def test_offsets_rabbitmq_crashes_on_are_refused(
 
 def test_the_prefetch_is_credit(stream: Any, conn: BlockingConnection) -> None:
     name = stream()
-    publish(conn, name, 30)
+    publish_numbered(conn, name, 30)
     channel = conn.channel()
     channel.basic_qos(prefetch_count=10)
     got: list[Any] = []
@@ -210,7 +189,7 @@ def test_basic_get_is_refused(stream: Any, conn: BlockingConnection) -> None:
 )
 def test_nack_and_reject_are_refused(stream: Any, conn: BlockingConnection, settle: Any) -> None:
     name = stream()
-    publish(conn, name, 1)
+    publish_numbered(conn, name, 1)
     channel = conn.channel()
     channel.basic_qos(prefetch_count=10)
     got: list[Any] = []
@@ -232,7 +211,7 @@ def test_pika_cancel_with_undispatched_deliveries_costs_the_connection(
     kanin. To stop a stream consumer with pika, ack what it got, then close its channel
     once nothing more is on the way (or use a prefetch the consumer takes whole)."""
     name = stream()
-    publish(conn, name, 20)
+    publish_numbered(conn, name, 20)
     channel = conn.channel()
     channel.basic_qos(prefetch_count=10)
     messages = channel.consume(name, arguments={"x-stream-offset": "first"})
@@ -244,7 +223,7 @@ def test_pika_cancel_with_undispatched_deliveries_costs_the_connection(
 
 def test_closing_the_channel_keeps_the_connection(stream: Any, conn: BlockingConnection) -> None:
     name = stream()
-    publish(conn, name, 20)
+    publish_numbered(conn, name, 20)
     channel = conn.channel()
     channel.basic_qos(prefetch_count=10)
     got: list[Any] = []
@@ -266,11 +245,11 @@ def test_purge_is_refused(stream: Any, conn: BlockingConnection) -> None:
 
 def test_deleted_and_declared_again_it_starts_empty(stream: Any, conn: BlockingConnection) -> None:
     name = stream()
-    publish(conn, name, 5)
+    publish_numbered(conn, name, 5)
     channel = conn.channel()
     channel.queue_delete(name)
     channel.queue_declare(name, durable=True, arguments=STREAM)
-    publish(conn, name, 1)
+    publish_numbered(conn, name, 1)
     got: list[Any] = []
     reader = conn.channel()
     reader.basic_qos(prefetch_count=10)
@@ -311,7 +290,7 @@ def test_dead_letters_can_go_to_a_stream(
 
 def test_many_readers_at_different_offsets(stream: Any, conn: BlockingConnection) -> None:
     name = stream()
-    publish(conn, name, 200)
+    publish_numbered(conn, name, 200)
     channel = conn.channel()
     channel.basic_qos(prefetch_count=50)
     readers: dict[int, list[int]] = {start: [] for start in (0, 50, 120, 199)}
@@ -334,7 +313,7 @@ def test_declare_ok_counts_exactly(stream: Any, conn: BlockingConnection) -> Non
     """RabbitMQ 3.10's count lags by seconds (its statistics tick) and its consumer count
     is always 0; kanin's message count is every committed message, at once."""
     name = stream()
-    publish(conn, name, 25)
+    publish_numbered(conn, name, 25)
     assert conn.channel().queue_declare(name, passive=True).method.message_count == 25
 
 
@@ -345,7 +324,7 @@ def test_retention_by_size_drops_whole_segments_oldest_first(
     """With 1,000-byte segments and at most 5,000 bytes kept, the first offset moves up as
     segments fill (RabbitMQ 3.10 does the same, at its own chunk boundaries)."""
     name = stream(**{"x-max-length-bytes": 5000, "x-stream-max-segment-size-bytes": 1000})
-    publish(conn, name, 200, size=100)
+    publish_numbered(conn, name, 200, size=100)
     channel = conn.channel()
     channel.basic_qos(prefetch_count=300)
     got: list[Any] = []
@@ -377,7 +356,7 @@ def test_aio_pika_reads_from_an_offset(stream: Any, conn: BlockingConnection, br
     """aio-pika's iterator cancels its consumer on leaving; what it received and had not
     yielded it nacks... so stop at a delivery it has yielded: the last one read."""
     name = stream()
-    publish(conn, name, 5)
+    publish_numbered(conn, name, 5)
     assert asyncio.run(_aio_read(broker.url, name, 3)) == [2, 3, 4]
 
 

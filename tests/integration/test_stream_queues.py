@@ -22,44 +22,15 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel, BlockingConnection
 from pika.exceptions import ChannelClosedByBroker
 
-from helpers import delete_afterwards, process_events_until
+from helpers import STREAM, process_events_until, publish_numbered
 
 Args = dict[str, Any]
-STREAM: Args = {"x-queue-type": "stream"}
-
-
-@pytest.fixture
-def doomed(broker: Any) -> Iterator[list[str]]:
-    yield from delete_afterwards(broker, lambda channel, name: channel.queue_delete(name))
-
-
-@pytest.fixture
-def stream(conn: BlockingConnection, unique: Any, doomed: list[str]) -> Any:
-    """declare(prefix, **arguments) -> the name of a new stream."""
-
-    def declare(prefix: str = "st", **arguments: Any) -> str:
-        name = unique(prefix)
-        doomed.append(name)
-        conn.channel().queue_declare(name, durable=True, arguments={**STREAM, **arguments})
-        return name
-
-    return declare
-
-
-def publish(conn: BlockingConnection, queue: str, count: int, start: int = 0) -> None:
-    """`count` messages with bodies b"m<n>", confirmed: in the stream when this returns."""
-    channel = conn.channel()
-    channel.confirm_delivery()
-    for n in range(start, start + count):
-        channel.basic_publish("", queue, b"m%d" % n)
-    channel.close()
 
 
 def read(
@@ -230,14 +201,14 @@ def test_redeclared_with_another_max_age(stream: Any, conn: BlockingConnection) 
 
 def test_every_delivery_carries_its_offset(stream: Any, conn: BlockingConnection) -> None:
     name = stream()
-    publish(conn, name, 5)
+    publish_numbered(conn, name, 5)
     assert read(conn, name, 5) == [(n, b"m%d" % n) for n in range(5)]
 
 
 def test_messages_stay_for_every_reader(stream: Any, conn: BlockingConnection) -> None:
     """An ack removes nothing: a second reader from first gets all of them again."""
     name = stream()
-    publish(conn, name, 20)
+    publish_numbered(conn, name, 20)
     assert [offset for offset, _ in read(conn, name, 20)] == list(range(20))
     assert [offset for offset, _ in read(conn, name, 20)] == list(range(20))
 
@@ -276,7 +247,7 @@ def test_properties_exchange_and_routing_key_are_kept(
 
 def test_default_offset_is_next(stream: Any, conn: BlockingConnection) -> None:
     name = stream()
-    publish(conn, name, 3)
+    publish_numbered(conn, name, 3)
     channel = conn.channel()
     channel.basic_qos(prefetch_count=10)
     got: list[int] = []
@@ -285,7 +256,7 @@ def test_default_offset_is_next(stream: Any, conn: BlockingConnection) -> None:
     )
     conn.process_data_events(time_limit=0.3)
     assert got == [], "nothing published before the consumer came"
-    publish(conn, name, 2, start=3)
+    publish_numbered(conn, name, 2, start=3)
     process_events_until(conn, lambda: len(got) >= 2)
     assert got == [3, 4]
 
@@ -301,8 +272,8 @@ def test_where_a_consumer_starts(
     chunk on RabbitMQ is whatever its writer batched, so 'last' is checked after a single
     confirmed publish: it is that message."""
     name = stream()
-    publish(conn, name, 11)
-    publish(conn, name, 1, start=11)
+    publish_numbered(conn, name, 11)
+    publish_numbered(conn, name, 1, start=11)
     got = read(conn, name, 1, offset=offset)
     if first is None:
         assert got == []
@@ -312,7 +283,7 @@ def test_where_a_consumer_starts(
 
 def test_an_offset_past_the_end_waits_for_it(stream: Any, conn: BlockingConnection) -> None:
     name = stream()
-    publish(conn, name, 3)
+    publish_numbered(conn, name, 3)
     channel = conn.channel()
     channel.basic_qos(prefetch_count=10)
     got: list[int] = []
@@ -321,23 +292,23 @@ def test_an_offset_past_the_end_waits_for_it(stream: Any, conn: BlockingConnecti
         lambda ch, m, p, b: got.append(p.headers["x-stream-offset"]),
         arguments={"x-stream-offset": 5},
     )
-    publish(conn, name, 4, start=3)
+    publish_numbered(conn, name, 4, start=3)
     process_events_until(conn, lambda: len(got) >= 2)
     assert got == [5, 6]
 
 
 def test_a_timestamp_starts_at_what_came_after(stream: Any, conn: BlockingConnection) -> None:
     name = stream()
-    publish(conn, name, 3)
+    publish_numbered(conn, name, 3)
     time.sleep(1.1)  # AMQP timestamps count whole seconds
     since = datetime.datetime.now(tz=datetime.UTC)
     time.sleep(1.1)
-    publish(conn, name, 2, start=3)
+    publish_numbered(conn, name, 2, start=3)
     got = read(conn, name, 2, offset=since.replace(tzinfo=None))
     assert [offset for offset, _ in got] == [3, 4]
 
 
 def test_an_interval_reaches_back_from_now(stream: Any, conn: BlockingConnection) -> None:
     name = stream()
-    publish(conn, name, 4)
+    publish_numbered(conn, name, 4)
     assert [offset for offset, _ in read(conn, name, 4, offset="1h")] == [0, 1, 2, 3]
