@@ -597,8 +597,10 @@ def read_point(
     return point
 
 
-def order(turn: int) -> list[str]:
-    return [KANIN, RABBITMQ] if turn % 2 == 0 else [RABBITMQ, KANIN]
+def order(turn: int, present: list[str]) -> list[str]:
+    """The brokers in the order they go this turn: kanin first on even turns."""
+    both = [KANIN, RABBITMQ] if turn % 2 == 0 else [RABBITMQ, KANIN]
+    return [name for name in both if name in present]
 
 
 def log(text: str) -> None:
@@ -617,10 +619,10 @@ def summarize(name: str, point: dict[str, Any]) -> str:
 def run(args: argparse.Namespace, work: Path, results: dict[str, Any]) -> None:
     kanin = Kanin(work / "kanin-data")
     kanin.start()
-    brokers = {
-        KANIN: Broker(KANIN, kanin.uri, kanin.pid, kanin, harness.shell(kanin.command)),
-        RABBITMQ: Broker(RABBITMQ, args.rabbitmq_uri, harness.rabbitmq_pid()),
-    }
+    brokers = {KANIN: Broker(KANIN, kanin.uri, kanin.pid, kanin, harness.shell(kanin.command))}
+    if RABBITMQ in args.only:
+        brokers[RABBITMQ] = Broker(RABBITMQ, args.rabbitmq_uri, harness.rabbitmq_pid())
+    present = [name for name in brokers if name in args.only]
     points: list[dict[str, Any]] = results["points"]
     n = args.messages
     main_queue = f"{PREFIX}{args.size[0]}"
@@ -628,7 +630,7 @@ def run(args: argparse.Namespace, work: Path, results: dict[str, Any]) -> None:
         for broker in brokers.values():  # idle memory, before anything of ours
             results["idle_rss_kb"][broker.name] = harness.rss_kb(broker.pid)
         turn = 0
-        for name in order(turn):
+        for name in order(turn, present):
             log(f"(1) publish {n:,} x {args.size[0]} B to {name}")
             point = publish_point(brokers[name], main_queue, args.size[0], args)
             points.append({"scenario": "publish", "broker": name, "size": args.size[0], **point})
@@ -637,20 +639,20 @@ def run(args: argparse.Namespace, work: Path, results: dict[str, Any]) -> None:
         each = args.read_each or n // args.readers
         for rep in range(args.reps):
             turn += 1
-            for name in order(turn):
+            for name in order(turn, present):
                 log(f"(2) rep {rep}: one reader from first on {name}")
                 point = read_point(brokers[name], main_queue, ["first"], n, 1, args)
                 points.append({"scenario": "first", "broker": name, "rep": rep, **point})
                 log(summarize(name, point))
             turn += 1
-            for name in order(turn):
+            for name in order(turn, present):
                 log(f"(3) rep {rep}: {args.readers} readers x {each:,} on {name}")
                 point = read_point(brokers[name], main_queue, starts, each, args.reader_procs, args)
                 points.append({"scenario": "readers", "broker": name, "rep": rep, **point})
                 log(summarize(name, point))
         for size in args.size[1:]:
             turn += 1
-            for name in order(turn):
+            for name in order(turn, present):
                 queue = f"{PREFIX}{size}"
                 log(f"(1) publish {n:,} x {size} B to {name}")
                 point = publish_point(brokers[name], queue, size, args)
@@ -661,7 +663,7 @@ def run(args: argparse.Namespace, work: Path, results: dict[str, Any]) -> None:
     finally:
         results["kanin_errors"] = kanin.error_lines()[:20]
         results["kanin_server_command"] = brokers[KANIN].server_command
-        for queue in brokers[RABBITMQ].queues:
+        for queue in brokers[RABBITMQ].queues if RABBITMQ in brokers else []:
             try:
                 delete_stream(args.rabbitmq_uri, queue)
             except Exception as exc:
@@ -709,6 +711,9 @@ def render(results: dict[str, Any]) -> str:
     def disk_per_msg(p: dict[str, Any]) -> float | None:
         return p["disk_bytes"] / n if p.get("disk_bytes") else None
 
+    def growth(p: dict[str, Any]) -> float:
+        return mb(p["rss_peak_kb"] - p["rss_before_kb"])
+
     def per_msg(p: dict[str, Any]) -> float:
         return p["broker_cpu_s"] / p["messages"] * 1e6 if p["messages"] else 0.0
 
@@ -746,6 +751,7 @@ def render(results: dict[str, Any]) -> str:
         "lower")  # fmt: skip
     row(f"{tag}: RSS at the end of reading, MB", "first", lambda p: mb(p["rss_end_kb"]), ",.0f",
         "")  # fmt: skip
+    row(f"{tag}: RSS growth while reading (peak - before), MB", "first", growth, ",.0f", "")
     row(f"{tag}: first delivery after, s", "first",
         lambda p: p["readers"][0]["first_delivery_s"], ".3f", "")  # fmt: skip
     row(f"{tag}: longest gap between deliveries, s", "first",
@@ -762,6 +768,7 @@ def render(results: dict[str, Any]) -> str:
         ",.0f", "lower")  # fmt: skip
     row(f"{tag}: RSS at the end of reading, MB", "readers", lambda p: mb(p["rss_end_kb"]),
         ",.0f", "")  # fmt: skip
+    row(f"{tag}: RSS growth while reading (peak - before), MB", "readers", growth, ",.0f", "")
     row(f"{tag}: longest gap between deliveries, s", "readers",
         lambda p: max(r["longest_gap_s"] for r in p["readers"]), ".2f", "")  # fmt: skip
     for scenario in ("publish", "first", "readers"):
@@ -864,15 +871,14 @@ def render(results: dict[str, Any]) -> str:
 # -- main --------------------------------------------------------------------------------
 
 
-def environment(work: Path) -> dict[str, Any]:
-    found = durability.environment(work)
-    _, status = harness.rabbitmqctl("status")
-    erlang = re.search(r"Erlang configuration: (Erlang/OTP \S+)", status)
-    return found | {
-        "host": platform.node(),
-        "kernel": platform.release(),
-        "erlang": erlang.group(1) if erlang else "?",
-    }
+def environment(work: Path, rabbitmq: bool) -> dict[str, Any]:
+    found = durability.environment(work, rabbitmq=rabbitmq)
+    found |= {"host": platform.node(), "kernel": platform.release()}
+    if rabbitmq:
+        _, status = harness.rabbitmqctl("status")
+        erlang = re.search(r"Erlang configuration: (Erlang/OTP \S+)", status)
+        found["erlang"] = erlang.group(1) if erlang else "?"
+    return found
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -913,10 +919,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--reps", type=int, default=1, help="repetitions of (2) and (3)")
     parser.add_argument("--timeout", type=float, default=3600.0, help="per client process")
     parser.add_argument("--rabbitmq-uri", default=RABBITMQ_URI)
+    parser.add_argument("--only", choices=[KANIN, RABBITMQ], help="measure one broker only")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args(argv)
     args.job = None
     args.size = args.size or [16]
+    args.only = [args.only] if args.only else [KANIN, RABBITMQ]
     return args
 
 
@@ -927,7 +935,8 @@ def main() -> int:
     started = time.monotonic()
     args.out.mkdir(parents=True, exist_ok=True)
     harness.raise_fd_limit()
-    started_rabbitmq = harness.ensure_rabbitmq()
+    use_rabbitmq = RABBITMQ in args.only
+    started_rabbitmq = harness.ensure_rabbitmq() if use_rabbitmq else False
     work = Path(tempfile.mkdtemp(prefix="kanin-bench-streams-"))
     results: dict[str, Any] = {
         "command": "python bench/streams.py " + harness.shell(sys.argv[1:]),
@@ -936,7 +945,8 @@ def main() -> int:
         "idle_rss_kb": {},
     }
     try:
-        results["environment"] = environment(work) | {"started_rabbitmq": started_rabbitmq}
+        results["environment"] = environment(work, use_rabbitmq)
+        results["environment"]["started_rabbitmq"] = started_rabbitmq
         results["environment"]["kanin_source_digest"] = harness.snapshot_source(ROOT, work)
         log(f"environment: {results['environment']}")
         run(args, work, results)
