@@ -40,6 +40,7 @@ import platform
 import re
 import resource
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -475,13 +476,19 @@ def run_clients(broker: Broker, commands_: list[list[str]], timeout_s: float) ->
             for c in commands_
         ]
         outputs = []
-        for process in processes:
-            try:
-                out, err = process.communicate(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                process.kill()  # our own client
-                out, err = process.communicate()
-            outputs.append((process.returncode, out.decode(), err.decode()))
+        try:
+            for process in processes:
+                try:
+                    out, err = process.communicate(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    process.kill()  # our own client
+                    out, err = process.communicate()
+                outputs.append((process.returncode, out.decode(), err.decode()))
+        except BaseException:  # stopped (SIGTERM, ^C): our clients go too
+            for process in processes:
+                process.kill()
+                process.wait()
+            raise
     wall = time.monotonic() - started
     cpu = harness.cpu_seconds(broker.pid) - cpu_before
     clients = []
@@ -933,6 +940,8 @@ def main() -> int:
     if args.job is not None:
         return client_main(args)
     started = time.monotonic()
+    # Stopped with SIGTERM: still delete the RabbitMQ streams and stop kanin (finally blocks).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.out.mkdir(parents=True, exist_ok=True)
     harness.raise_fd_limit()
     use_rabbitmq = RABBITMQ in args.only
