@@ -22,8 +22,9 @@ which the script declares only queues named bench.streams.* and deletes them at 
     in (2). Aggregate msg/s = all deliveries / (last reader's end - first reader's start);
     each reader's own rate (min, max); broker CPU per message; broker RSS while reading.
 Every delivery's x-stream-offset header is checked: each reader must get increasing offsets
-from the one it asked for (gaps are allowed: RabbitMQ's tracking chunks take offsets). (2) and (3) are repeated --reps times. The brokers take
-turns going first: kanin first in (1), RabbitMQ first in the first (2), and so on. Further
+from the one it asked for (gaps are allowed: RabbitMQ's tracking chunks take offsets).
+(2) and (3) are repeated --reps times. The brokers take turns going first: kanin first in
+(1), RabbitMQ first in the first (2), and so on. Further
 --size values publish another stream of N each (1 only; the stream is deleted afterwards).
 The loads are this script's own client (kanin perf's raw asyncio client, bench/delayed.py's
 approach), run as subprocesses: `python bench/streams.py publish|read ...`; the report
@@ -962,7 +963,7 @@ def main() -> int:
     started_rabbitmq = harness.ensure_rabbitmq() if use_rabbitmq else False
     work = Path(tempfile.mkdtemp(prefix="kanin-bench-streams-"))
     results: dict[str, Any] = {
-        "command": "python bench/streams.py " + harness.shell(sys.argv[1:]),
+        "command": harness.shell(["python", "bench/streams.py", *sys.argv[1:]]),
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "points": [],
         "idle_rss_kb": {},
