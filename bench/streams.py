@@ -59,7 +59,7 @@ from pamqp import commands
 
 from kanin.perf import wire
 from kanin.perf.client import ChannelHandler, Connection, PerfError, connect
-from kanin.perf.options import Endpoint, parse_uri
+from kanin.perf.options import parse_uri
 
 ROOT = Path(__file__).resolve().parent.parent
 RABBITMQ_URI = "amqp://guest:guest@127.0.0.1:5672/%2F"
@@ -73,65 +73,10 @@ I64 = struct.Struct(">q")
 # -- the client: publish and read, run as subprocesses of the benchmark -----------------
 
 
-class StreamConnection(Connection):
-    """kanin perf's client connection, also handing content headers to the channel (to
-    read each delivery's x-stream-offset); the loop is Connection.data_received's."""
-
-    def data_received(self, data: bytes) -> None:
-        buffer = self._pending + data if self._pending else data
-        end_of_data = len(buffer)
-        channels = self.channels
-        unpack_head = wire.HEAD.unpack_from
-        unpack_u32 = wire.U32.unpack_from
-        position = 0
-        while end_of_data - position >= wire.FRAME_OVERHEAD:
-            frame_type, number, size = unpack_head(buffer, position)
-            at = position + 7
-            end = at + size
-            if end >= end_of_data:
-                break
-            if buffer[end] != wire.FRAME_END:
-                self.fail("frame without its end octet: lost track of the stream")
-                if self.transport is not None:
-                    self.transport.abort()
-                return
-            if frame_type == wire.FRAME_HEADER:
-                channel = channels[number]
-                if isinstance(channel, Reader):
-                    channel.on_header(buffer, at, end)
-            elif frame_type == wire.FRAME_METHOD:
-                method_id = unpack_u32(buffer, at)[0]
-                if method_id == wire.BASIC_DELIVER:
-                    channels[number].on_deliver(buffer, at)
-                elif method_id == wire.BASIC_ACK:
-                    tag, bits = wire.TAG_BITS.unpack_from(buffer, at + 4)
-                    channels[number].on_ack(tag, bool(bits & 1))
-                elif method_id == wire.BASIC_NACK:
-                    tag, bits = wire.TAG_BITS.unpack_from(buffer, at + 4)
-                    channels[number].on_nack(tag, bool(bits & 1))
-                else:
-                    self._slow_method(number, buffer[position : end + 1])
-            position = end + 1  # body frames: nothing to look at
-        self._pending = buffer[position:]
-        if self.out:
-            self.write(b"".join(self.out))
-            self.out.clear()
-
-
-async def open_connection(uri: str) -> StreamConnection:
-    endpoint: Endpoint = parse_uri(uri)
-    loop = asyncio.get_running_loop()
-    _, protocol = await asyncio.wait_for(
-        loop.create_connection(
-            lambda: StreamConnection(endpoint, loop), endpoint.host, endpoint.port
-        ),
-        10.0,
-    )
-    try:
-        await asyncio.wait_for(asyncio.shield(protocol.ready), 10.0)
-    except TimeoutError as exc:
-        raise PerfError(f"no AMQP handshake with {endpoint.host}:{endpoint.port}") from exc
-    return protocol
+async def open_connection(uri: str) -> Connection:
+    """kanin perf's client connection: it hands content headers to Reader.on_header (to
+    read each delivery's x-stream-offset)."""
+    return await connect(parse_uri(uri))
 
 
 def publish_frames(queue: str, size: int) -> bytes:

@@ -41,6 +41,9 @@ class ChannelHandler:
     def on_deliver(self, buffer: bytes, at: int) -> None:
         """A basic.deliver method; at is where its payload starts in buffer."""
 
+    def on_header(self, buffer: bytes, at: int, end: int) -> None:
+        """A content header frame; its payload is buffer[at:end]."""
+
     def on_body(self, buffer: bytes, at: int) -> None:
         """A content body frame; at is where its payload starts in buffer."""
 
@@ -138,6 +141,8 @@ class Connection(asyncio.Protocol):
                 return
             if frame_type == wire.FRAME_BODY:
                 channels[number].on_body(buffer, at)
+            elif frame_type == wire.FRAME_HEADER:
+                channels[number].on_header(buffer, at, end)
             elif frame_type == wire.FRAME_METHOD:
                 method_id = unpack_u32(buffer, at)[0]
                 if method_id == wire.BASIC_DELIVER:
