@@ -30,13 +30,7 @@ from kanin.core.memory import MemoryMonitor
 from kanin.core.message import Entry
 from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES
 from kanin.core.permissions import Authorize
-from kanin.core.queue_args import (
-    KNOWN_ARGUMENTS,
-    QUEUE_TYPE,
-    STREAM_ARGUMENTS,
-    parse_queue_args,
-    same_queue_type,
-)
+from kanin.core.queue_args import QUEUE_TYPE, parse_queue_args, same_queue_type
 from kanin.core.queues import Queue
 from kanin.core.scheduling import Scheduler
 
@@ -320,7 +314,7 @@ class VirtualHost:
             ("durable", durable, existing.durable),
             ("auto_delete", auto_delete, existing.auto_delete),
         )
-        keys = STREAM_ARGUMENTS if existing.type_name == "stream" else KNOWN_ARGUMENTS
+        keys = existing.compared_arguments
         if same_queue_type(existing.arguments, arguments):
             keys = tuple(key for key in keys if key != QUEUE_TYPE)
         check_equivalent_args(existing.arguments, arguments, what, keys)
@@ -334,7 +328,7 @@ class VirtualHost:
             self.remove_queue(queue)
 
     def delete_queue(self, queue: Queue, if_unused: bool, if_empty: bool) -> int:
-        if queue.type_name == "stream":  # RabbitMQ 3.10 ignores both flags, and answers 0
+        if not queue.delete_has_conditions:  # a stream: delete-ok says 0, as RabbitMQ's
             self.remove_queue(queue)
             return 0
         if if_unused and queue.consumers:

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from kanin.core.queue_args import RETURNED, QueueArgs
+from kanin.core.queue_args import KNOWN_ARGUMENTS, RETURNED, QueueArgs
 
 if TYPE_CHECKING:
     from kanin.core.confirms import ConfirmTicket
@@ -35,6 +35,10 @@ class Queue(ABC):
     # `publish_with_ticket` gets: an end-to-end queue when a consumer acks, a stream once
     # its own log has the message on disk.
     settles_confirms: ClassVar[bool] = False
+    # The arguments a redeclare must repeat (RabbitMQ compares only a stream's own).
+    compared_arguments: ClassVar[tuple[str, ...]] = KNOWN_ARGUMENTS
+    # queue.delete's if-unused and if-empty apply (RabbitMQ's streams ignore both).
+    delete_has_conditions: ClassVar[bool] = True
 
     def __init__(
         self,

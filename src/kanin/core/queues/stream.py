@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from kanin.core.commit_rounds import RoundBatches
 from kanin.core.message import Entry, Message
-from kanin.core.queue_args import NACKED, REJECTED, RETURNED, QueueArgs
+from kanin.core.queue_args import NACKED, REJECTED, RETURNED, STREAM_ARGUMENTS, QueueArgs
 from kanin.core.queues.base import ACCEPTED, Queue
 from kanin.core.stream_args import StartAt, check_stream_consumer, refuse, stream_offset_header
 
@@ -65,6 +65,8 @@ class StreamQueue(Queue):
     type_name: ClassVar[str] = "stream"
     supports_global_qos: ClassVar[bool] = False
     settles_confirms: ClassVar[bool] = True
+    compared_arguments: ClassVar[tuple[str, ...]] = STREAM_ARGUMENTS
+    delete_has_conditions: ClassVar[bool] = False
 
     def __init__(
         self,
