@@ -236,8 +236,9 @@ def test_delayed_messages_survive_kill_9_and_come_out_in_due_order(tmp_path: Pat
         channel.queue_bind("q", "later", "k")
         for body, delay in ((b"third", 900), (b"first", 300), (b"second", 600)):
             publish(channel, body, delay)  # confirmed: on disk
-        publish(channel, b"last", 5000)
+        # x-delay counts from when the broker reads the publish: before the confirm comes.
         last_sent = time.monotonic()
+        publish(channel, b"last", 5000)
         channel.basic_publish(  # transient: waits in memory, lost with the process
             "later", "k", b"gone", pika.BasicProperties(headers={"x-delay": 300})
         )
