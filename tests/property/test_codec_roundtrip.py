@@ -30,7 +30,7 @@ from kanin.amqp.frames import (
     MethodFrame,
     decode_properties,
 )
-from kanin.amqp.methods import encode_content
+from kanin.amqp.methods import DeliveryEncoder, encode_content, encode_deliver_head
 from kanin.amqp.tables import encode_header
 from kanin.core.confirms import ConfirmLedger
 from kanin.core.unacked import Unacked, UnackedLedger
@@ -285,6 +285,43 @@ def test_content_header_properties_round_trip(
     assert decoded == expected
     for name in props.__slots__:
         assert getattr(decoded, name) == getattr(expected, name), name
+
+
+short_names = st.text(max_size=20).filter(lambda name: len(name.encode()) < 256)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    runs=st.lists(
+        st.tuples(short_names, short_names, st.binary(max_size=40), st.binary(max_size=9_000)),
+        min_size=1,
+        max_size=6,
+    ),
+    frame_max=st.sampled_from([0, 4096, 131072]),
+    consumer_tag=st.binary(min_size=1, max_size=30),
+    first_tag=st.integers(1, 2**63),
+)
+def test_delivery_encoder_writes_what_deliver_head_and_content_write(
+    runs: list[tuple[str, str, bytes, bytes]],
+    frame_max: int,
+    consumer_tag: bytes,
+    first_tag: int,
+) -> None:
+    """A stream's deliveries, encoded a run at once, are byte for byte one delivery at a
+    time's: repeated names (the cached part) and changed ones, empty and split bodies."""
+    runs = runs + runs  # the same names again: the encoder's cache is used
+    encoder = DeliveryEncoder(7, consumer_tag, frame_max)
+    batched: list[bytes] = []
+    single: list[bytes] = []
+    for tag, (exchange, routing_key, header, body) in enumerate(runs, start=first_tag):
+        encoder.add(batched, tag, exchange, routing_key, header, body)
+        single.append(
+            encode_deliver_head(
+                7, consumer_tag, tag, False, exchange.encode(), routing_key.encode()
+            )
+        )
+        single += encode_content(7, header, body, frame_max)
+    assert b"".join(batched) == b"".join(single)
 
 
 @settings(max_examples=150, deadline=None)

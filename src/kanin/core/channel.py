@@ -17,7 +17,7 @@ Rules of this file:
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pamqp import commands
 
@@ -26,6 +26,7 @@ from kanin.amqp.assembler import Content, ContentAssembler
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
 from kanin.amqp.frames import BodyFrame, HeaderFrame
 from kanin.amqp.methods import (
+    DeliveryEncoder,
     build,
     class_and_method,
     close_for,
@@ -47,10 +48,26 @@ from kanin.core.reply_to import ReplyConsumer
 from kanin.core.unacked import Unacked, UnackedLedger
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from kanin.core.ports import ChannelServices, ConnectionPort
     from kanin.core.scheduling import Cancellable
 
 log = logging.getLogger(__name__)
+
+
+class Delivered(Protocol):
+    """A message as deliver_run sends it (a stream's StreamRecord is one)."""
+
+    @property
+    def exchange(self) -> str: ...
+    @property
+    def routing_key(self) -> str: ...
+    @property
+    def header(self) -> bytes: ...
+    @property
+    def body(self) -> bytes: ...
+
 
 # How long an out-of-order publisher confirm may wait for a multiple ack to cover it.
 HOLD_ACKS_S = 0.01
@@ -222,6 +239,25 @@ class Channel:
             else message.header_payload
         )
         parts += encode_content(self.id, header, message.body, self.port.frame_max)
+        self.port.send_parts(parts)
+
+    def deliver_run(self, consumer: Consumer, entry: Entry, messages: Sequence[Delivered]) -> None:
+        """`messages`, in order, to `consumer`, whose queue never looks at a delivery's
+        entry again (a stream's acks, requeues and rejects do not): they all hold `entry`.
+        The frames are those `deliver` writes, encoded for the whole run at once."""
+        queue, unacked = consumer.queue, self.unacked
+        encoder = DeliveryEncoder(self.id, consumer.tag_bytes, self.port.frame_max)
+        parts: list[bytes] = []
+        for message in messages:
+            tag = unacked.next_tag()
+            unacked.add(Unacked(tag, queue, entry, consumer))
+            encoder.add(
+                parts, tag, message.exchange, message.routing_key, message.header, message.body
+            )
+        consumer.unacked += len(messages)
+        self.global_unacked += len(messages)
+        if self.deadlines.idle:
+            self.deadlines.wake()
         self.port.send_parts(parts)
 
     # -- acknowledgements ---------------------------------------------------------

@@ -17,6 +17,7 @@ basic.get, basic.nack, basic.reject and queue.purge are refused (`refuse`).
 from __future__ import annotations
 
 import re
+import struct
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -186,3 +187,47 @@ def stream_offset_header(message: Message, offset: int) -> bytes:
     properties = message.properties
     headers = {**(properties.headers or {}), OFFSET_HEADER: LongLong(offset)}
     return encode_header_with(len(message.body), properties, dict(sorted(headers.items())))
+
+
+# The offset the template of OffsetHeaders is encoded with, to find where offsets go.
+_PLACEHOLDER = 0x4B616E696E4F6666
+_OFFSET = struct.Struct(">q")
+_PROPERTIES_AT = 12  # after the class id, weight and body size
+
+
+class OffsetHeaders:
+    """stream_offset_header for each message a stream appends, without encoding the
+    header each time: publishers send a few distinct content headers over and over, so
+    each one's result is kept with a gap where the offset goes (found by encoding once
+    with a placeholder offset), and the next message with the same header only has its
+    body size and offset written in. At most MAX_KEPT are kept (then all are dropped)."""
+
+    MAX_KEPT = 256
+
+    def __init__(self) -> None:
+        # Properties as sent -> (properties as stored up to the offset, after the offset).
+        # Empty when the placeholder was ambiguous: each is then encoded whole.
+        self._kept: dict[bytes, tuple[bytes, bytes] | tuple[()]] = {}
+
+    def header(self, message: Message, offset: int) -> bytes:
+        payload = message.header_payload
+        sent = payload[_PROPERTIES_AT:]
+        kept = self._kept.get(sent)
+        if kept is None:
+            kept = self._template(message)
+            if len(self._kept) >= self.MAX_KEPT:
+                self._kept.clear()
+            self._kept[sent] = kept
+        if not kept:
+            return stream_offset_header(message, offset)
+        before, after = kept
+        return b"".join((payload[:_PROPERTIES_AT], before, _OFFSET.pack(offset), after))
+
+    @staticmethod
+    def _template(message: Message) -> tuple[bytes, bytes] | tuple[()]:
+        encoded = stream_offset_header(message, _PLACEHOLDER)[_PROPERTIES_AT:]
+        gap = _OFFSET.pack(_PLACEHOLDER)
+        at = encoded.find(gap)
+        if at < 0 or encoded.rfind(gap) != at:
+            return ()
+        return encoded[:at], encoded[at + len(gap) :]

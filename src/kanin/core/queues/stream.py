@@ -35,7 +35,7 @@ from kanin.core.commit_rounds import RoundBatches
 from kanin.core.message import Entry, Message
 from kanin.core.queue_args import NACKED, REJECTED, RETURNED, STREAM_ARGUMENTS, QueueArgs
 from kanin.core.queues.base import ACCEPTED, Queue
-from kanin.core.stream_args import StartAt, check_stream_consumer, refuse, stream_offset_header
+from kanin.core.stream_args import OffsetHeaders, StartAt, check_stream_consumer, refuse
 
 if TYPE_CHECKING:
     from kanin.core.confirms import ConfirmTicket
@@ -48,6 +48,11 @@ log = logging.getLogger(__name__)
 # A read asks for at most this many bytes of bodies (and its consumer's credit in
 # records): big enough to amortise a disk read, small enough not to hold up the loop.
 READ_BYTES = 1 << 20
+
+
+# What every delivery from a stream holds as its entry: acks, requeues and rejects of a
+# stream never look at it (see requeue, forget, dead_letter), so none is made per message.
+_DELIVERED = Entry(Message("", "", b"", b"", None), 0)
 
 
 class _Reader:
@@ -90,6 +95,7 @@ class StreamQueue(Queue):
         log.on_committed(self._committed)
         self._confirms: RoundBatches[ConfirmTicket] = RoundBatches(log, self._settle)
         self._dispatch_scheduled = False
+        self._offset_headers = OffsetHeaders()
 
     # -- what is in it ------------------------------------------------------------------
 
@@ -117,7 +123,7 @@ class StreamQueue(Queue):
 
     def _append(self, message: Message) -> None:
         log = self.log
-        header = stream_offset_header(message, log.next_offset)
+        header = self._offset_headers.header(message, log.next_offset)
         log.append(
             message.exchange,
             message.routing_key,
@@ -274,12 +280,7 @@ class StreamQueue(Queue):
         if self.deleted or self._readers.get(consumer) is not reader:
             return  # cancelled meanwhile: a new consumer starts where it asks
         if found:
-            deliver = consumer.channel.deliver
-            for record in found:
-                message = Message(
-                    record.exchange, record.routing_key, record.header, record.body, None
-                )
-                deliver(consumer, Entry(message, record.offset))
+            consumer.channel.deliver_run(consumer, _DELIVERED, found)
             reader.next_offset = found[-1].offset + 1
         elif reader.next_offset < self.log.first_offset:
             reader.next_offset = self.log.first_offset  # retention passed it
