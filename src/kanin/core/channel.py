@@ -258,7 +258,7 @@ class Channel:
         self.global_unacked += len(messages)
         if self.deadlines.idle:
             self.deadlines.wake()
-        self.port.send_parts(parts)
+        self.port.send(b"".join(parts))  # one piece: the flush's join passes it through
 
     # -- acknowledgements ---------------------------------------------------------
 

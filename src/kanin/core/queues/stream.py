@@ -56,13 +56,15 @@ _DELIVERED = Entry(Message("", "", b"", b"", None), 0)
 
 
 class _Reader:
-    """Where one consumer is in the stream."""
+    """Where one consumer is in the stream: what it has been given, and the batch read
+    ahead for it, which goes out as its credit allows while the next one is read."""
 
-    __slots__ = ("consumer", "next_offset", "reading")
+    __slots__ = ("consumer", "next_offset", "ready", "reading")
 
     def __init__(self, consumer: Consumer, next_offset: int) -> None:
         self.consumer = consumer
-        self.next_offset = next_offset
+        self.next_offset = next_offset  # the next offset to read (after `ready`'s)
+        self.ready: list[StreamRecord] = []  # read, not delivered yet
         self.reading = False  # a read_later is in flight: its landing reads on
 
 
@@ -254,11 +256,24 @@ class StreamQueue(Queue):
             self._read(reader)
 
     def _read(self, reader: _Reader) -> None:
-        """Ask the log for as many messages as the consumer has credit for, from where it
-        is; nothing if a read is in flight, the consumer is full, or it is at the tail."""
-        consumer = reader.consumer
-        if reader.reading or reader.next_offset >= self.log.committed_offset:
+        """Give the consumer what was read ahead for it, as far as its credit goes; once
+        that is all out, read its next batch (at most its prefetch, READ_BYTES of bodies)
+        while it works through this one. Nothing is read while a read is in flight or at
+        the tail (the next commit round wakes it)."""
+        if reader.ready:
+            self._deliver_ready(reader)
+        if reader.ready or reader.reading or reader.next_offset >= self.log.committed_offset:
             return
+        reader.reading = True
+        self.log.read_later(
+            reader.next_offset,
+            reader.consumer.prefetch,
+            READ_BYTES,
+            lambda found: self._landed(reader, found),
+        )
+
+    def _deliver_ready(self, reader: _Reader) -> None:
+        consumer = reader.consumer
         credit = consumer.prefetch - consumer.unacked
         channel = consumer.channel
         if credit <= 0 or not channel.can_deliver():
@@ -269,18 +284,19 @@ class StreamQueue(Queue):
                 channel.parked[consumer] = None
             return
         consumer.parked = False
-        reader.reading = True
-        self.log.read_later(
-            reader.next_offset, credit, READ_BYTES, lambda found: self._landed(reader, found)
-        )
+        ready = reader.ready
+        if credit >= len(ready):
+            reader.ready = []
+        else:
+            ready, reader.ready = ready[:credit], ready[credit:]
+        channel.deliver_run(consumer, _DELIVERED, ready)
 
     def _landed(self, reader: _Reader, found: list[StreamRecord]) -> None:
         reader.reading = False
-        consumer = reader.consumer
-        if self.deleted or self._readers.get(consumer) is not reader:
+        if self.deleted or self._readers.get(reader.consumer) is not reader:
             return  # cancelled meanwhile: a new consumer starts where it asks
         if found:
-            consumer.channel.deliver_run(consumer, _DELIVERED, found)
+            reader.ready = found
             reader.next_offset = found[-1].offset + 1
         elif reader.next_offset < self.log.first_offset:
             reader.next_offset = self.log.first_offset  # retention passed it
