@@ -20,7 +20,12 @@ from kanin.server.bugs import loop_exception_handler
 from kanin.server.connection import AMQPConnection
 from kanin.server.datadir_lock import DataDirLock
 from kanin.server.disk import DiskMonitor
-from kanin.server.rss import RssReader, RssWatch, give_back_free_memory
+from kanin.server.rss import (
+    RssReader,
+    RssWatch,
+    collect_cycles_less_often,
+    give_back_free_memory,
+)
 from kanin.server.scheduler import LoopScheduler
 from kanin.store.file_store import FileStore
 from kanin.store.stream_logs import FileStreamLogs
@@ -41,6 +46,7 @@ class BrokerServer:
         self._rss_watch: RssWatch | None = None
         self._servers: list[asyncio.Server] = []
         self._lock: DataDirLock | None = None
+        self._gc_thresholds: tuple[int, int, int] | None = None  # what start replaced
 
     async def start(self) -> list[tuple[str, int]]:
         """Listen; return the (host, port) of every listening socket."""
@@ -70,6 +76,7 @@ class BrokerServer:
         persistence = Persistence(broker, data_dir, self.store)
         persistence.restore()
         give_back_free_memory()
+        self._gc_thresholds = collect_cycles_less_often()
         # Only now: a broker that failed to restore must not save over what it could not read.
         self.persistence = persistence
         self.store.committer.prelude = persistence.saver.prelude
@@ -169,6 +176,9 @@ class BrokerServer:
         if self.persistence is not None:
             self.persistence.mark_clean_shutdown()
         gc.unfreeze()  # what start-up froze (give_back_free_memory) may be collected again
+        if self._gc_thresholds is not None:
+            gc.set_threshold(*self._gc_thresholds)
+            self._gc_thresholds = None
         if self.rss is not None:
             self.rss.close()
         if self._lock is not None:

@@ -26,6 +26,21 @@ RSS_SAMPLE_INTERVAL_S = 0.1
 STATM = "/proc/self/statm"
 
 
+# The cyclic collector's thresholds while a broker runs (CPython's are 700, 10, 10).
+# Nearly everything the broker frees goes by reference counting, yet with 700 a young
+# collection runs every few hundred messages: a publish of 400,000 messages to a stream
+# and two reads of it ran 3,626 collections taking 3.0 s, about 12% of the broker's CPU;
+# with these thresholds 13 collections took 0.46 s.
+GC_THRESHOLDS = (50_000, 20, 20)
+
+
+def collect_cycles_less_often() -> tuple[int, int, int]:
+    """Set GC_THRESHOLDS; returns the thresholds they replace (for the broker's stop)."""
+    before = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    return before
+
+
 def give_back_free_memory() -> None:
     """After start-up: return the heap memory freed so far to the system, and take what
     start-up built out of the cyclic GC's sight. Start-up builds, and then drops, a

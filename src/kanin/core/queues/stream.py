@@ -59,7 +59,7 @@ class _Reader:
     """Where one consumer is in the stream: what it has been given, and the batch read
     ahead for it, which goes out as its credit allows while the next one is read."""
 
-    __slots__ = ("consumer", "next_offset", "ready", "reading")
+    __slots__ = ("consumer", "next_offset", "reading", "ready")
 
     def __init__(self, consumer: Consumer, next_offset: int) -> None:
         self.consumer = consumer
