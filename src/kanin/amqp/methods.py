@@ -246,13 +246,22 @@ class DeliveryEncoder:
     stream's consumer gets batches of hundreds of messages, mostly from one exchange and
     routing key). Not redelivered: for stream deliveries."""
 
-    __slots__ = ("_channel", "_frame_max", "_method_head", "_names", "_start", "_tail")
+    __slots__ = (
+        "_channel",
+        "_exchange",
+        "_frame_max",
+        "_method_head",
+        "_routing_key",
+        "_start",
+        "_tail",
+    )
 
     def __init__(self, channel: int, consumer_tag: bytes, frame_max: int) -> None:
         self._channel = channel
         self._frame_max = frame_max
         self._start = b"\x00\x3c\x00\x3c" + bytes((len(consumer_tag),)) + consumer_tag
-        self._names: tuple[str, str] | None = None
+        self._exchange: str | None = None  # the names _method_head and _tail hold
+        self._routing_key: str | None = None
         self._method_head = b""  # frame head and method up to the delivery tag
         self._tail = b""  # redelivered, exchange, routing key, frame end
 
@@ -266,8 +275,8 @@ class DeliveryEncoder:
         body: bytes,
     ) -> None:
         """Append one delivery's frames to `parts`."""
-        if self._names != (exchange, routing_key):
-            self._names = (exchange, routing_key)
+        if exchange != self._exchange or routing_key != self._routing_key:
+            self._exchange, self._routing_key = exchange, routing_key
             ex, rk = exchange.encode(), routing_key.encode()
             names = b"".join((b"\x00", bytes((len(ex),)), ex, bytes((len(rk),)), rk))
             size = len(self._start) + 8 + len(names)

@@ -104,7 +104,8 @@ class SpanReader:
         chunk, view, base, version = b"", memoryview(b""), position, records.VERSION
         crc32, unpack, framed_size = zlib.crc32, _FRAMED.unpack_from, _FRAMED.size
         skipped, enqueue, current = span.skipped, records.ENQUEUE, records.VERSION
-        last_exchange, exchange = b"", ""
+        # Consecutive records mostly share their names: decoded once, the same str after.
+        last_exchange, exchange, last_key, routing_key = b"", "", b"", ""
         complete = False
         while position < end:
             if skipped and position in skipped:
@@ -152,6 +153,9 @@ class SpanReader:
                     if chunk[names : names + ex_len] != last_exchange:
                         last_exchange = chunk[names : names + ex_len]
                         exchange = last_exchange.decode()
+                    if chunk[names + ex_len : header_at] != last_key:
+                        last_key = chunk[names + ex_len : header_at]
+                        routing_key = last_key.decode()
                     body = chunk[body_at : body_at + b_len]
                     if b_len > budget and found:
                         complete = True
@@ -162,7 +166,7 @@ class SpanReader:
                             offset,
                             timestamp_ms,
                             exchange,
-                            chunk[names + ex_len : header_at].decode(),
+                            routing_key,
                             chunk[header_at:body_at],
                             body,
                         )
