@@ -7,17 +7,20 @@ alike; tests marked kanin_only are skipped then. The suite never needs RabbitMQ.
 
 from __future__ import annotations
 
+import mmap
 import os
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 import pytest
 
 from kanin.config import BrokerConfig
+from kanin.store import segments
 
 if TYPE_CHECKING:
     from kanin.testing.embedded import EmbeddedBroker
@@ -79,3 +82,26 @@ def unique() -> Callable[[str], str]:
         return f"test.{prefix}.{token}"
 
     return make
+
+
+@pytest.fixture(params=["read", "mapped"])
+def segment_reading(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """A recovery test twice: segments read whole (small ones), and mapped (big ones, here
+    every one), so damage, torn tails and set-aside files behave the same both ways."""
+    kinds: list[type] = []
+    read = segments._read_for_recovery
+
+    def spied(path: Path) -> bytes | mmap.mmap:
+        data = read(path)
+        kinds.append(type(data))
+        return data
+
+    monkeypatch.setattr(segments, "_read_for_recovery", spied)
+    if request.param == "mapped":
+        monkeypatch.setattr(segments, "MAP_FOR_RECOVERY_BYTES", 0)
+    yield
+    if request.param == "mapped" and kinds:
+        assert mmap.mmap in kinds  # the mapped path really ran
+    assert request.param == "mapped" or mmap.mmap not in kinds

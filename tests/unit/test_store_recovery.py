@@ -21,6 +21,9 @@ from kanin.store.segments import SegmentLog
 from kanin.testing.faulty_disk import corrupt_byte, newest_segment, segment_files
 from store_harness import Q1, Harness, Sent, body, expected, segment_of
 
+# Every case twice: segments read whole, and mapped (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("segment_reading")
+
 
 async def fill_and_close(files: Harness, count: int = 40, size: int = 400) -> list[Sent]:
     """Messages over several segments (about 9 per 4 KiB segment), then a clean close."""

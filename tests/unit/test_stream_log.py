@@ -377,6 +377,7 @@ async def test_retention_waits_for_a_disk_read_in_flight_to_delete_files(
 # -- recovery -------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("segment_reading")
 async def test_reopening_finds_the_same_offsets_and_contents(tmp_path: Path) -> None:
     log = await open_log(tmp_path / "s")
     append(log, 700, ts=lambda offset: 5_000 + offset // 3)
@@ -405,6 +406,7 @@ async def test_reopening_finds_the_same_offsets_and_contents(tmp_path: Path) -> 
         await log.close()
 
 
+@pytest.mark.usefixtures("segment_reading")
 async def test_a_torn_tail_is_cut_on_recovery(tmp_path: Path) -> None:
     log = await open_log(tmp_path / "s", max_segment_bytes=10**6)
     append(log, 20)
@@ -428,6 +430,7 @@ async def test_a_torn_tail_is_cut_on_recovery(tmp_path: Path) -> None:
         await log.close()
 
 
+@pytest.mark.usefixtures("segment_reading")
 async def test_a_damaged_record_costs_only_itself(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -57,6 +57,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from mmap import mmap
 
 MAGIC = b"KNLG"
 VERSION = 2
@@ -250,9 +251,9 @@ def _decode_enqueue_v1(payload: bytes) -> Record:
     return Record(ENQUEUE, id_, queue, exchange.decode(), routing_key.decode(), header, body)
 
 
-def file_version(data: bytes) -> int | None:
+def file_version(data: bytes | mmap) -> int | None:
     """The format version named by a file's header, or None if it is not one we read."""
-    if len(data) < FILE_HEADER_BYTES or not data.startswith(MAGIC):
+    if len(data) < FILE_HEADER_BYTES or data[: len(MAGIC)] != MAGIC:
         return None
     (version,) = _U32.unpack_from(data, len(MAGIC))
     return int(version) if version in READABLE_VERSIONS else None
@@ -287,7 +288,7 @@ class SummaryScan:
     ENQUEUE; resync runs only where a record is bad. `version` overrides the file header's
     (a file whose header is damaged)."""
 
-    def __init__(self, data: bytes, version: int | None = None) -> None:
+    def __init__(self, data: bytes | mmap, version: int | None = None) -> None:
         self.data = data
         self.version = file_version(data) if version is None else version
         self.valid_end = FILE_HEADER_BYTES
@@ -350,7 +351,7 @@ class SummaryScan:
                                 queue_len != last_queue_len
                                 or ex_len != last_ex_len
                                 or names_end - names_start != len(last_names)
-                                or not data.startswith(last_names, names_start)
+                                or data[names_start:names_end] != last_names
                             ):
                                 queue = _names(data, names_start, queue_len, ex_len, rk_len)
                                 last_names = data[names_start:names_end]
@@ -374,7 +375,7 @@ class SummaryScan:
             self.valid_end = offset
 
 
-def _names(data: bytes, start: int, queue_len: int, ex_len: int, rk_len: int) -> str:
+def _names(data: bytes | mmap, start: int, queue_len: int, ex_len: int, rk_len: int) -> str:
     """The queue key of an ENQUEUE; UnicodeDecodeError if it, its exchange or its routing
     key is not UTF-8, as decode() would raise."""
     exchange_start = start + queue_len
@@ -383,7 +384,7 @@ def _names(data: bytes, start: int, queue_len: int, ex_len: int, rk_len: int) ->
     return data[start:exchange_start].decode()
 
 
-def _summary(data: bytes, offset: int, record_end: int, version: int) -> Summary:
+def _summary(data: bytes | mmap, offset: int, record_end: int, version: int) -> Summary:
     """The slow path of SummaryScan: REMOVE, DELIVERED, REDELIVERED and version 1 ENQUEUE
     records."""
     start = offset + PREFIX.size
@@ -410,7 +411,7 @@ def _summary(data: bytes, offset: int, record_end: int, version: int) -> Summary
 _TYPE_BYTE = re.compile(rb"[\x01-\x04]")
 
 
-def resync(data: bytes, bad: int, version: int) -> int | None:
+def resync(data: bytes | mmap, bad: int, version: int) -> int | None:
     """The offset of the first valid record after the bad one at `bad`, or None if no valid
     record follows. Only called where a record is bad, never on the hot path. See the
     module docstring for why a match is a real record."""
@@ -430,7 +431,7 @@ def resync(data: bytes, bad: int, version: int) -> int | None:
     return found
 
 
-def next_valid_record(data: bytes, start: int, version: int) -> int | None:
+def next_valid_record(data: bytes | mmap, start: int, version: int) -> int | None:
     """The first offset at or after `start` where a valid record starts, or None."""
     for match in _TYPE_BYTE.finditer(data, start + PREFIX.size):
         offset = match.start() - PREFIX.size
@@ -439,7 +440,7 @@ def next_valid_record(data: bytes, start: int, version: int) -> int | None:
     return None
 
 
-def valid_record_end(data: bytes, offset: int, version: int) -> int | None:
+def valid_record_end(data: bytes | mmap, offset: int, version: int) -> int | None:
     """Where the record at `offset` ends if it is whole and valid (framing, field lengths,
     checksum, UTF-8 names), else None. The cheap checks come before the checksum, so that
     a search over random bytes rarely hashes anything."""
@@ -479,7 +480,7 @@ def valid_record_end(data: bytes, offset: int, version: int) -> int | None:
     return record_end
 
 
-def payload_at(data: bytes, offset: int) -> bytes:
+def payload_at(data: bytes | mmap, offset: int) -> bytes:
     """The checksummed payload of the whole record at `offset` in `data`; CorruptRecord if
     it is torn, fails its checksum or runs past the end of `data`."""
     if offset + PREFIX.size > len(data):
@@ -494,6 +495,6 @@ def payload_at(data: bytes, offset: int) -> bytes:
     return payload
 
 
-def record_size(data: bytes, offset: int) -> int:
+def record_size(data: bytes | mmap, offset: int) -> int:
     (length,) = _U32.unpack_from(data, offset)
     return PREFIX.size + int(length)

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
 import os
 import shutil
 from collections.abc import Iterator
@@ -291,7 +292,7 @@ class SegmentLog:
         newest = numbers[-1] if numbers else 0
         for number in numbers:
             path = segment_path(self.directory, number)
-            data = path.read_bytes()
+            data = _read_for_recovery(path)
             size = len(data)
             version = records.file_version(data)
             header_damaged = version is None
@@ -300,8 +301,9 @@ class SegmentLog:
                 if version is not None:
                     self._versions[number] = version
             scan = records.SummaryScan(data, version)
-            del data  # a segment is up to 64 MiB: only the scan holds it, until it is done
+            del data  # only the scan holds it, until it is done
             yield number, scan
+            _let_go(scan.data)
             scan.data = b""
             damaged = _report(path, size, scan, number == newest) or header_damaged
             if damaged and size > records.FILE_HEADER_BYTES:
@@ -343,7 +345,7 @@ class SegmentLog:
             expected.gaps |= set(missing)
         return expected
 
-    def _read_despite_header(self, path: Path, data: bytes, newest: bool) -> int | None:
+    def _read_despite_header(self, path: Path, data: bytes | mmap.mmap, newest: bool) -> int | None:
         """A file whose header is not one we read: the format version in which most of
         its records read (they are checksummed), or None if none does. Reported."""
         header = data[: records.FILE_HEADER_BYTES]
@@ -401,6 +403,29 @@ def _report(path: Path, size: int, scan: records.SummaryScan, newest: bool) -> b
         scan.valid_end,
     )
     return True
+
+
+# A segment bigger than this is mapped for recovery rather than read: a stream's segments
+# are up to 3 GB, and a mapping's pages are the page cache's, which the kernel takes back
+# under pressure, where a read would hold the whole file in the broker's own memory.
+MAP_FOR_RECOVERY_BYTES = 16 * 1024 * 1024
+
+
+def _read_for_recovery(path: Path) -> bytes | mmap.mmap:
+    with path.open("rb") as file:
+        if os.fstat(file.fileno()).st_size <= MAP_FOR_RECOVERY_BYTES:
+            return file.read()
+        mapped = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+    mapped.madvise(mmap.MADV_SEQUENTIAL)  # read once, front to back
+    return mapped
+
+
+def _let_go(data: bytes | mmap.mmap) -> None:
+    """Unmap a mapped segment once its scan is done (if a view of it is still alive, the
+    mapping goes when that view does)."""
+    if isinstance(data, mmap.mmap):
+        with contextlib.suppress(BufferError):
+            data.close()
 
 
 def _set_aside(path: Path) -> None:
