@@ -63,6 +63,8 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
                 "server",
                 "--port",
                 str(port),
+                "--mgmt-port",
+                "0",
                 "--bind",
                 "127.0.0.1",
                 "--data-dir",
@@ -95,7 +97,10 @@ def test_invalid_port_is_a_usage_error() -> None:
 def test_default_bind_listens_on_ipv4_and_ipv6(tmp_path: Path) -> None:
     # Without --bind, kanin listens on every interface of both families, as RabbitMQ does.
     process = subprocess.Popen(
-        [sys.executable, "-m", "kanin", "server", "--port", "0", "--data-dir", str(tmp_path)],
+        [
+            *(sys.executable, "-m", "kanin", "server", "--port", "0", "--mgmt-port", "0"),
+            *("--data-dir", str(tmp_path)),
+        ],
         stderr=subprocess.PIPE,
         text=True,
     )
