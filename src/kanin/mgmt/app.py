@@ -11,7 +11,7 @@ from aiohttp import web
 
 from kanin.mgmt import access, bindings, connections, definitions, overview, topology
 from kanin.mgmt.auth import authenticate
-from kanin.mgmt.context import CONTEXT, USER, MgmtContext
+from kanin.mgmt.context import CONTEXT, MgmtContext
 from kanin.mgmt.errors import ApiError, not_found
 from kanin.mgmt.messages import get, publish
 
@@ -41,8 +41,9 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
 
 @web.middleware
 async def basic_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    broker = request.app[CONTEXT].broker
-    request[USER] = authenticate(broker, request.headers.get("Authorization"), request.remote)
+    # Before the handler, and before a path is found to be unknown: who may not use the
+    # API learns nothing about it (as on RabbitMQ).
+    authenticate(request.app[CONTEXT].broker, request.headers.get("Authorization"), request.remote)
     return await handler(request)
 
 
