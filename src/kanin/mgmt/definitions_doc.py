@@ -134,6 +134,19 @@ class Plan:
 
 
 _SECTIONS = ("users", "vhosts", "permissions", "exchanges", "queues", "bindings")
+# The keys RabbitMQ's export always writes, and its import needs.
+_REQUIRED = {
+    "exchanges": ("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments"),
+    "queues": ("name", "vhost", "durable", "auto_delete", "arguments"),
+    "bindings": (
+        "source",
+        "vhost",
+        "destination",
+        "destination_type",
+        "routing_key",
+        "arguments",
+    ),
+}
 
 
 def read(document: Any, broker: Broker) -> Plan:
@@ -211,6 +224,9 @@ def _topology_entry(
     key = "source" if section == "bindings" else "name"
     name, vhost = _text(entry, key, where), _text(entry, "vhost", where)
     where = f"{where} ({name!r} in vhost {vhost!r})"
+    missing = [key for key in _REQUIRED[section] if key not in entry]
+    if missing:
+        raise DefinitionsProblem(f"{where}: lacks {', '.join(missing)}")
     if vhost not in vhosts:
         raise DefinitionsProblem(f"{where}: no vhost {vhost!r}")
     spec = dict(entry, where=where, arguments=_checked(where, to_arguments, entry))
@@ -221,7 +237,7 @@ def _topology_entry(
             raise DefinitionsProblem(f"{where}: destination_type is not queue or exchange")
         return spec
     for flag in ("durable", "auto_delete", "internal"):
-        spec[flag] = _checked(where, to_bool, entry, flag, flag == "durable")
+        spec[flag] = _checked(where, to_bool, entry, flag, False)
     if section == "exchanges":
         spec["type"] = _text(entry, "type", where)
     return spec
