@@ -180,7 +180,7 @@ def properties_key(routing_key: str, arguments: dict[str, Any]) -> str:
     the routing key alone when the binding has no arguments, else the key, `~` and a hash
     of the arguments (kanin's hash: clients take the key from a listing, never compute
     it). `~` and `/` in the routing key are escaped so the key splits back unambiguously."""
-    quoted = quote(routing_key, safe="") if routing_key else ""
+    quoted = quote(routing_key, safe="").replace("~", "%7E")  # quote keeps "~" as it is
     if not arguments:
         return quoted or "~"
     encoded = json.dumps(jsonable(arguments), sort_keys=True).encode()
