@@ -166,7 +166,7 @@ async def get(request: web.Request) -> web.Response:
     body = await json_object(request)
     count = to_int(body, "count")
     ackmode = to_str(body, "ackmode")
-    encoding = to_str(body, "encoding", "auto")
+    encoding = to_str(body, "encoding")
     truncate = to_int(body, "truncate") if body.get("truncate") is not None else None
     if ackmode not in ACKMODES:
         raise bad_request(f"unknown ackmode {ackmode!r} (one of {', '.join(ACKMODES)})")
