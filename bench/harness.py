@@ -165,6 +165,8 @@ class Kanin:
             "server",
             "--port",
             "0",
+            "--mgmt-port",
+            "0",
             "--bind",
             "127.0.0.1",
             "--data-dir",

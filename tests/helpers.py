@@ -350,6 +350,7 @@ def start_kanin(
     the process (by its PID) when done.
     """
     command = [sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"]
+    command += ["--mgmt-port", "0"]  # no management API: side-by-side brokers, RabbitMQ
     process = subprocess.Popen(
         [*command, "--data-dir", str(data_dir), *extra], stderr=subprocess.PIPE, text=True
     )

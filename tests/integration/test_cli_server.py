@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pika
@@ -63,6 +68,8 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
                 "server",
                 "--port",
                 str(port),
+                "--mgmt-port",
+                "0",
                 "--bind",
                 "127.0.0.1",
                 "--data-dir",
@@ -95,7 +102,10 @@ def test_invalid_port_is_a_usage_error() -> None:
 def test_default_bind_listens_on_ipv4_and_ipv6(tmp_path: Path) -> None:
     # Without --bind, kanin listens on every interface of both families, as RabbitMQ does.
     process = subprocess.Popen(
-        [sys.executable, "-m", "kanin", "server", "--port", "0", "--data-dir", str(tmp_path)],
+        [
+            *(sys.executable, "-m", "kanin", "server", "--port", "0", "--mgmt-port", "0"),
+            *("--data-dir", str(tmp_path)),
+        ],
         stderr=subprocess.PIPE,
         text=True,
     )
@@ -108,6 +118,53 @@ def test_default_bind_listens_on_ipv4_and_ipv6(tmp_path: Path) -> None:
             if match:
                 hosts.append(match.group(1))
         assert sorted(hosts) == ["0.0.0.0", "::"]
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+
+
+def test_management_port_in_use_is_a_clear_error_naming_it(tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        busy = holder.getsockname()[1]
+        result = subprocess.run(
+            [
+                *(sys.executable, "-m", "kanin", "server", "--port", "0"),
+                *("--bind", "127.0.0.1", "--mgmt-port", str(busy)),
+                *("--data-dir", str(tmp_path)),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert result.returncode == 1
+    assert "kanin: cannot start:" in result.stderr
+    assert f"management API port {busy}" in result.stderr
+    assert "address already in use" in result.stderr.lower()
+
+
+def test_the_management_api_answers_on_its_port(tmp_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        free = probe.getsockname()[1]
+    process, _ = start_kanin(tmp_path / "data", "--mgmt-port", str(free))
+    request = urllib.request.Request(f"http://127.0.0.1:{free}/api/whoami")
+    request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
+    try:
+        # The API starts listening just after the AMQP port's log line that start_kanin waits for.
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    answer = json.loads(response.read())
+                break
+            except urllib.error.URLError as error:
+                if not isinstance(error.reason, ConnectionRefusedError):
+                    raise
+                assert time.monotonic() < deadline, "the management API never listened"
+                time.sleep(0.05)
+        assert answer == {"name": "guest", "tags": ["administrator"]}
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=10) == 0

@@ -27,7 +27,16 @@ def run_kanin(*args: str) -> subprocess.CompletedProcess[str]:
 
 def run_server(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return run_kanin(
-        "server", "--port", "0", "--bind", "127.0.0.1", "--data-dir", str(data_dir), *args
+        "server",
+        "--port",
+        "0",
+        "--mgmt-port",
+        "0",
+        "--bind",
+        "127.0.0.1",
+        "--data-dir",
+        str(data_dir),
+        *args,
     )
 
 

@@ -35,6 +35,7 @@ async def test_the_stats_file_is_written_off_the_loop(
         data_dir=tmp_path / "data",
         stats_file=stats,
         memory_watch_rss=False,
+        mgmt_port=None,  # not the fixed 15672: another broker may hold it
     )
     server = BrokerServer(config)
     await server.start()

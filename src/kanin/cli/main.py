@@ -34,6 +34,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=Path("kanin-data"),
         help="where kanin keeps its data (default ./kanin-data)",
     )
+    server.add_argument(
+        "--mgmt-port",
+        type=int,
+        default=15672,
+        help="port of the management HTTP API, on the --bind address(es) (default 15672; "
+        "0 turns it off)",
+    )
     server.add_argument("--heartbeat", type=int, default=60, help="heartbeat seconds proposed")
     server.add_argument(
         "--queue-memory-mb",
@@ -118,6 +125,8 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
     option for a value the broker cannot use (checked before anything is touched)."""
     if not 0 <= args.port <= 65535:
         raise StartupError(f"--port must be 0..65535, got {args.port}")
+    if not 0 <= args.mgmt_port <= 65535:
+        raise StartupError(f"--mgmt-port must be 0..65535, got {args.mgmt_port}")
     if not 0 <= args.heartbeat <= 65535:  # a short in connection.tune
         raise StartupError(f"--heartbeat must be 0..65535 seconds, got {args.heartbeat}")
     if not (math.isfinite(args.queue_memory_mb) and args.queue_memory_mb >= 0):
@@ -136,6 +145,7 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
     return BrokerConfig(
         port=args.port,
         bind=args.bind,
+        mgmt_port=args.mgmt_port or None,
         data_dir=args.data_dir,
         heartbeat_s=args.heartbeat,
         stats_file=args.stats_file,

@@ -25,6 +25,11 @@ class Alarms:
         return bool(self._raised)
 
     @property
+    def raised(self) -> tuple[str, ...]:
+        """The alarms in effect ("memory", "disk"), in the order they were raised."""
+        return tuple(self._raised)
+
+    @property
     def reason(self) -> str:
         return REASONS.get(next(iter(self._raised), ""), "")
 

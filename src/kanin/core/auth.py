@@ -93,3 +93,20 @@ class UserStore:
 
     def set_permissions(self, name: str, vhost: str, permission: Permission) -> None:
         self.users[name].permissions[vhost] = permission
+
+    def put_user(self, name: str, password_hash: str, tags: tuple[str, ...]) -> bool:
+        """Create a user, or change an existing one in place (its open connections hold
+        the same object, so they see the change); True if it was created."""
+        user = self.users.get(name)
+        if user is None:
+            self.users[name] = User(name, password_hash, tags)
+            return True
+        user.password_hash, user.tags = password_hash, tags
+        return False
+
+    def delete_user(self, name: str) -> bool:
+        return self.users.pop(name, None) is not None
+
+    def clear_permissions(self, name: str, vhost: str) -> bool:
+        user = self.users.get(name)
+        return user is not None and user.permissions.pop(vhost, None) is not None

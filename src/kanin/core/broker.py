@@ -80,11 +80,30 @@ class Broker:
         )
         vhost.streams = self.streams
         vhost.on_queue_deleted = self._cancel_consumers
-        vhost.on_definitions_changed = self._definitions_changed
+        vhost.on_definitions_changed = self.definitions_changed
         self.vhosts[name] = vhost
         return vhost
 
-    def _definitions_changed(self) -> None:
+    def delete_vhost(self, name: str) -> None:
+        """Delete a vhost and everything in it, as RabbitMQ does: its connections are
+        closed (320), its queues deleted with their messages, and every user's
+        permissions in it dropped."""
+        vhost = self.vhosts[name]
+        for connection in list(self.connections):
+            if getattr(connection, "vhost", None) is vhost:
+                connection.close_forced(f"vhost '{name}' is deleted")
+        for queue in list(vhost.queues.values()):
+            vhost.remove_queue(queue)
+        for exchange in list(vhost.exchanges.values()):
+            exchange.detach()  # its own records (delayed messages, dedup ids) go too
+        del self.vhosts[name]
+        for user in self.users.users.values():
+            user.permissions.pop(name, None)
+        self.definitions_changed()
+
+    def definitions_changed(self) -> None:
+        """A durable definition (vhost, user, permission, exchange, queue, binding)
+        changed: have it saved."""
         if self.definitions is not None:
             self.definitions.changed()
 

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from kanin.core.channel import Channel
     from kanin.core.confirms import ConfirmLedger
     from kanin.core.queues import Queue
+    from kanin.core.vhost import VirtualHost
 
 
 def publish(channel: Channel, content: Content) -> None:
@@ -125,6 +126,30 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
         _return_unroutable(channel, message, seq)
         return
     _settle_confirm(channel, seq, refused, stored)
+
+
+def route_without_channel(vhost: VirtualHost, message: Message) -> tuple[bool, bool]:
+    """A message from no channel (the management API's publish), routed and enqueued as
+    route_and_enqueue does with no confirm to keep: (routed, stored). A message an
+    exchange absorbs (held for later, a duplicate) counts as routed."""
+    exchange = vhost.exchanges.get(message.exchange)
+    if exchange is None:
+        raise vhost.exchange_not_found(message.exchange)
+    stored = False
+    if exchange.intercepts:
+        verdict = exchange.intercept(message)
+        if verdict & ABSORBED:
+            message.shed_properties()
+            return True, bool(verdict & EXCHANGE_STORED)
+    queues = vhost.route_keys(exchange, message.routing_keys, message.headers)
+    for queue in queues:
+        result = queue.publish(message)
+        if result == REFUSED:
+            queue.reject_publish_dead_letter(message)
+        elif result == STORED:
+            stored = True
+    message.shed_properties()
+    return bool(queues), stored
 
 
 _ROUTING = "routing"  # a confirm party: the publish is still being routed

@@ -16,6 +16,8 @@ from kanin.core.broker import Broker
 from kanin.core.persistence import Persistence
 from kanin.core.session.session import Session
 from kanin.errors import StartupError
+from kanin.mgmt.context import MgmtContext
+from kanin.mgmt.server import MgmtServer
 from kanin.server.bugs import loop_exception_handler
 from kanin.server.connection import AMQPConnection
 from kanin.server.datadir_lock import DataDirLock
@@ -47,6 +49,8 @@ class BrokerServer:
         self._servers: list[asyncio.Server] = []
         self._lock: DataDirLock | None = None
         self._gc_thresholds: tuple[int, int, int] | None = None  # what start replaced
+        self.mgmt: MgmtServer | None = None
+        self.mgmt_addresses: list[tuple[str, int]] = []
 
     async def start(self) -> list[tuple[str, int]]:
         """Listen; return the (host, port) of every listening socket."""
@@ -102,7 +106,28 @@ class BrokerServer:
         addresses = [_address(sock) for sock in server.sockets]
         for host, port in addresses:
             log.info("kanin listening for AMQP on %s port %d", host, port)
+        await self._start_mgmt(broker, addresses)
         return addresses
+
+    async def _start_mgmt(self, broker: Broker, amqp: list[tuple[str, int]]) -> None:
+        port = self.config.mgmt_port
+        if port is None:
+            return
+        disk, rss = self.disk, self.rss
+        context = MgmtContext(
+            broker,
+            [("amqp", host, amqp_port) for host, amqp_port in amqp],
+            read_rss=rss.read if rss is not None else None,
+            disk_free=(lambda: disk.free_bytes) if disk is not None else None,
+        )
+        self.mgmt = MgmtServer(context)
+        try:
+            self.mgmt_addresses = await self.mgmt.start(self.config.bind, port)
+        except OSError as exc:  # named, as the AMQP port's is by the address in its text
+            raise OSError(exc.errno, f"management API port {port}: {exc.strerror}") from None
+        for host, mgmt_port in self.mgmt_addresses:
+            context.listeners.append(("http", host, mgmt_port))
+            log.info("kanin listening for the management API on %s port %d", host, mgmt_port)
 
     async def _listen(self, broker: Broker) -> asyncio.Server:
         bind, port = self.config.bind, self.config.port
@@ -149,6 +174,8 @@ class BrokerServer:
             await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
+        if self.mgmt is not None:
+            await self.mgmt.stop()  # first: no API request acts on a broker going away
         if self._stats_task is not None:
             self._stats_task.cancel()
         if self.disk is not None:

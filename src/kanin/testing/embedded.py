@@ -27,10 +27,18 @@ class EmbeddedBroker:
     port: int
     server: BrokerServer
     loop: asyncio.AbstractEventLoop
+    mgmt_port: int | None = None  # the management API's, when it was asked for
 
     @property
     def url(self) -> str:
         return f"amqp://guest:guest@{self.host}:{self.port}/%2F"
+
+    @property
+    def mgmt_url(self) -> str:
+        """http://host:port of the management API (ask for it with mgmt_port=0)."""
+        if self.mgmt_port is None:
+            raise RuntimeError("this broker runs no management API: start it with mgmt_port=0")
+        return f"http://{self.host}:{self.mgmt_port}"
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run fn on the broker's loop and return its result (for introspection)."""
@@ -47,8 +55,11 @@ def running_broker(
 ) -> Iterator[EmbeddedBroker]:
     config = config or BrokerConfig()
     # The process's resident memory is the test run's, not the broker's: the memory alarm
-    # goes by the counted bytes alone (tests set a small watermark to drive it).
-    config = replace(config, port=0, bind="127.0.0.1", memory_watch_rss=False)
+    # goes by the counted bytes alone (tests set a small watermark to drive it). The
+    # management API runs only when asked for with mgmt_port=0 (a free port, never a
+    # fixed one: tests run side by side).
+    mgmt_port = 0 if config.mgmt_port == 0 else None
+    config = replace(config, port=0, bind="127.0.0.1", memory_watch_rss=False, mgmt_port=mgmt_port)
     temporary = None
     if data_dir is None:
         # Each embedded broker gets a fresh data directory unless told to reuse one.
@@ -64,7 +75,8 @@ def running_broker(
     try:
         addresses = asyncio.run_coroutine_threadsafe(server.start(), loop).result(timeout=10)
         host, port = addresses[0]
-        yield EmbeddedBroker(host, port, server, loop)
+        mgmt = server.mgmt_addresses[0][1] if server.mgmt_addresses else None
+        yield EmbeddedBroker(host, port, server, loop, mgmt)
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)

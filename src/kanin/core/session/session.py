@@ -97,6 +97,8 @@ class Session:
         self.peer = peer
         # "client address:port -> our address:port", as RabbitMQ names it
         self.name = f"{_address(peer)} -> {_address(local)}"
+        self.local = local
+        self.connected_at_ms = scheduler.wall_clock_ms()
         self.opening = Opening(self)
         # Until tune-ok, frames may be as large as the frame_max we are about to propose.
         self.reader = FrameReader(self.config.frame_max or 131072, whole_publishes=True)
@@ -287,6 +289,14 @@ class Session:
             self.broker.memory.add(delta)
         else:
             self.broker.memory.release(-delta)
+
+    @property
+    def bytes_received(self) -> int:
+        return self._bytes_in
+
+    @property
+    def bytes_sent(self) -> int:
+        return self._bytes_out
 
     # -- ConnectionPort ---------------------------------------------------------------
 
