@@ -56,8 +56,9 @@ _DELIVERED = Entry(Message("", "", b"", b"", None), 0)
 
 
 class _Reader:
-    """Where one consumer is in the stream: what it has been given, and the batch read
-    ahead for it, which goes out as its credit allows while the next one is read."""
+    """Where one consumer is in the stream: what it has been given, and what was read
+    ahead for it (at most its prefetch and a batch), which goes out as its credit
+    allows while the next batch is read."""
 
     __slots__ = ("consumer", "next_offset", "reading", "ready")
 
@@ -257,12 +258,18 @@ class StreamQueue(Queue):
 
     def _read(self, reader: _Reader) -> None:
         """Give the consumer what was read ahead for it, as far as its credit goes; once
-        that is all out, read its next batch (at most its prefetch, READ_BYTES of bodies)
-        while it works through this one. Nothing is read while a read is in flight or at
-        the tail (the next commit round wakes it)."""
+        no more than half its prefetch is left, read its next batch (at most its prefetch,
+        READ_BYTES of bodies) while it works through these: waiting until all was out
+        left the consumer idle while the reader thread read (107,000 msg/s from `first`
+        against 87,000). Nothing is read while a read is in flight or at the tail (the
+        next commit round wakes it)."""
         if reader.ready:
             self._deliver_ready(reader)
-        if reader.ready or reader.reading or reader.next_offset >= self.log.committed_offset:
+        if (
+            reader.reading
+            or len(reader.ready) > reader.consumer.prefetch // 2
+            or reader.next_offset >= self.log.committed_offset
+        ):
             return
         reader.reading = True
         self.log.read_later(
@@ -296,7 +303,10 @@ class StreamQueue(Queue):
         if self.deleted or self._readers.get(reader.consumer) is not reader:
             return  # cancelled meanwhile: a new consumer starts where it asks
         if found:
-            reader.ready = found
+            if reader.ready:
+                reader.ready += found
+            else:
+                reader.ready = found
             reader.next_offset = found[-1].offset + 1
         elif reader.next_offset < self.log.first_offset:
             reader.next_offset = self.log.first_offset  # retention passed it
