@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
-from spark_helpers import declare_stream, publish
+from spark_helpers import STREAM, channel, declare_stream, publish
 
+from kanin.spark import extent
 from kanin.spark.offsets import OffsetRange
 from kanin.spark.options import Role, parse_options
 from kanin.spark.reader import KaninStreamReader
@@ -88,3 +89,45 @@ def test_a_range_read_gets_its_offsets_and_closes_without_a_reject(
     assert any("client closed it" in message for message in closes)
     assert not any("540" in message or "reject" in message for message in closes)
     assert list(read_range(options, OffsetRange(100, 600))) == rows  # read again: the same
+
+
+def test_after_retention_the_extent_never_overshoots_and_refreshes_to_exact(
+    broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = "retained"
+    with channel(broker.url) as ch:
+        ch.queue_declare(
+            queue,
+            durable=True,
+            arguments={
+                **STREAM,
+                "x-stream-max-segment-size-bytes": 20_000,
+                "x-max-length-bytes": 60_000,
+            },
+        )
+    publish(broker.url, queue, 100)
+    reader = stream_reader(broker.url, queue)
+    try:
+        assert reader.latestOffset({"next": 0}, ReadAllAvailable()) == {"next": 100}
+        publish_padded(broker.url, queue, 2000, start=100)
+        remembered = reader.latestOffset({"next": 0}, ReadAllAvailable())["next"]
+        assert 100 <= remembered <= 2100  # an old first offset: short, never past the tail
+
+        monkeypatch.setattr(extent, "FIRST_REFRESH_S", 0.0)
+        assert reader.latestOffset({"next": 0}, ReadAllAvailable()) == {"next": 2100}
+        first = reader.initialOffset()["next"]
+    finally:
+        reader.stop()
+    assert first > 0  # retention removed the oldest segments
+    options = parse_options({"uri": broker.url, "queue": queue}, Role.READ)
+    assert [row[8] for row in read_range(options, OffsetRange(0, 2100))] == list(range(first, 2100))
+
+
+def publish_padded(url: str, queue: str, count: int, start: int) -> None:
+    """Messages of 100 bytes, enough to fill segments. Only the last is confirmed: a
+    channel's messages are appended in order, so once it is, all are."""
+    with channel(url) as ch:
+        for n in range(start, start + count):
+            if n == start + count - 1:
+                ch.confirm_delivery()
+            ch.basic_publish("", queue, (b"m%d" % n).ljust(100, b"."))

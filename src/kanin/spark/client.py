@@ -1,26 +1,21 @@
-"""AMQP steps the connector shares, on aio-pika: connecting, finding a queue, and reading
-where a stream starts and ends. All are coroutines for the process's loop thread
+"""AMQP steps the connector shares, on aio-pika: connecting, finding a queue, telling
+kanin from other brokers. All are coroutines for the process's loop thread
 (loop.py); errors a user can fix come out as KaninSparkError naming the option to fix.
 """
 
 from __future__ import annotations
 
-import asyncio
 from contextlib import suppress
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import aio_pika
 import aiormq
-from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage, AbstractQueue
+from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractQueue
 
-from kanin.spark.offsets import StreamExtent
 from kanin.spark.options import QUEUE, URI, KaninOptions
-from kanin.spark.rows import stream_offset
 
 CONNECT_TIMEOUT_S = 15.0
-# How long to wait for a stream's first message once the broker said it holds some.
-FIRST_DELIVERY_TIMEOUT_S = 30.0
 
 
 class KaninSparkError(RuntimeError):
@@ -81,68 +76,8 @@ def is_kanin(connection: AbstractConnection) -> bool:
     return "kanin_version" in properties
 
 
-async def stream_extent(
-    connection: AbstractConnection, options: KaninOptions
-) -> StreamExtent | None:
-    """Offsets [first, tail) the stream holds now, or None while it holds nothing.
-
-    On kanin the passive declare-ok's message count of a stream is exact at once (tail
-    minus first, holes of failed writes included), and the first offset is what a
-    consumer from "first" gets first. The first offset is read before the count, so
-    retention running in between can only make the tail found lower than the real one,
-    never higher: a batch never waits for messages that do not exist.
-    RabbitMQ's count lags by seconds, so there the tail would need a scan instead.
-    """
-    if not is_kanin(connection):
-        raise KaninSparkError(
-            "stream mode needs a kanin broker for now: RabbitMQ's queue.declare-ok count of "
-            f"a stream lags, so it cannot say where {options.queue!r} ends"
-        )
-    channel = await connection.channel()
-    try:
-        queue = await find_queue(channel, options)
-        if not _message_count(queue):
-            return None
-        first = await _first_offset(channel, queue)
-        count = _message_count(await find_queue(channel, options))
-        return StreamExtent(first, first + count)
-    finally:
-        with suppress(Exception):
-            await channel.close()
-
-
 def not_a_stream(queue: str) -> KaninSparkError:
     return KaninSparkError(
         f"queue {queue!r} (option {QUEUE!r}) is not a stream: its deliveries carry no "
         "x-stream-offset header (stream mode reads queues declared with x-queue-type: stream)"
     )
-
-
-def _message_count(queue: AbstractQueue) -> int:
-    result = queue.declaration_result
-    return int(result.message_count or 0) if result is not None else 0
-
-
-async def _first_offset(channel: AbstractChannel, queue: AbstractQueue) -> int:
-    """The offset of the stream's first message: the first delivery to a consumer from
-    "first" with credit for one. It is never acked, and the channel is closed after it
-    (never rejected: a stream answers a reject by closing the connection)."""
-    got: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-
-    async def on_message(message: AbstractIncomingMessage) -> None:
-        if got.done():
-            return
-        try:
-            got.set_result(stream_offset(message.headers))
-        except ValueError:
-            got.set_exception(not_a_stream(queue.name))
-
-    await channel.set_qos(prefetch_count=1)
-    await queue.consume(on_message, arguments={"x-stream-offset": "first"})
-    try:
-        return await asyncio.wait_for(got, FIRST_DELIVERY_TIMEOUT_S)
-    except TimeoutError:
-        raise KaninSparkError(
-            f"stream {queue.name!r} holds messages but sent none to a reader from its first "
-            f"within {FIRST_DELIVERY_TIMEOUT_S:.0f} s"
-        ) from None

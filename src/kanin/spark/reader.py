@@ -30,7 +30,8 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from kanin.spark import loop
-from kanin.spark.client import close_quietly, connect, stream_extent
+from kanin.spark.client import close_quietly, connect
+from kanin.spark.extent import ExtentProbe
 from kanin.spark.offsets import (
     OffsetRange,
     StreamExtent,
@@ -63,17 +64,21 @@ class _Probe:
     def __init__(self, options: KaninOptions) -> None:
         self.options = options
         self._connection: AbstractConnection | None = None
+        self._extent_probe: ExtentProbe | None = None
 
     def extent(self) -> StreamExtent | None:
         return loop.run(self._extent(), PROBE_TIMEOUT_S)
 
     async def _extent(self) -> StreamExtent | None:
-        if self._connection is None or self._connection.is_closed:
+        if self._connection is None or self._connection.is_closed or not self._extent_probe:
+            await close_quietly(self._connection)
             self._connection = await connect(self.options, "stream offsets")
-        return await stream_extent(self._connection, self.options)
+            self._extent_probe = ExtentProbe(self._connection, self.options)
+        return await self._extent_probe.extent()
 
     def close(self) -> None:
         connection, self._connection = self._connection, None
+        self._extent_probe = None
         if connection is not None:
             loop.run(close_quietly(connection), PROBE_TIMEOUT_S)
 
