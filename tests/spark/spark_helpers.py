@@ -34,17 +34,15 @@ def declare_stream(url: str, name: str) -> str:
 
 def publish(url: str, queue: str, count: int, start: int = 0) -> None:
     """Messages m<n> for n in [start, start + count), each with message id id-<n> and header
-    n, to a queue that held `start` messages: returns once it holds start + count. (Waiting
-    on the count rather than on a confirm per message keeps the tests quick.)"""
+    n, all in the queue when this returns. Only the last is published in confirm mode: a
+    channel's messages are enqueued in order, so once it is confirmed all are (and the
+    tests stay quick, without a round trip per message)."""
     with channel(url) as ch:
         for n in range(start, start + count):
+            if n == start + count - 1:
+                ch.confirm_delivery()
             props = pika.BasicProperties(message_id=f"id-{n}", headers={"n": n})
             ch.basic_publish("", queue, b"m%d" % n, props)
-        wait_until(
-            lambda: ch.queue_declare(queue, passive=True).method.message_count >= start + count,
-            timeout=30,
-            what=f"{start + count} messages in {queue}",
-        )
 
 
 def message_count(url: str, queue: str) -> int:

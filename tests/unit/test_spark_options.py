@@ -123,3 +123,24 @@ def test_passwords_are_hidden() -> None:
     assert hide_password(URI) == "amqp://guest:***@127.0.0.1:5672/%2F"
     assert hide_password("amqp://host/%2F") == "amqp://host/%2F"
     assert read().safe_uri == "amqp://guest:***@127.0.0.1:5672/%2F"
+
+
+def test_queue_mode_reads_classic_and_quorum_queues_with_a_batch_cap() -> None:
+    parsed = read(mode="queue")
+    assert (parsed.mode, parsed.max_records_per_batch) == ("queue", 10_000)
+    assert read(mode="QUEUE", maxRecordsPerBatch="500").max_records_per_batch == 500
+    assert read().mode == "stream"
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"mode": "classic"}, "'mode' must be 'stream' or 'queue'"),
+        ({"mode": "queue", "startingOffsets": "first"}, "'startingOffsets' is for streams"),
+        ({"mode": "queue", "numPartitions": "2"}, "'numPartitions' is for streams"),
+        ({"mode": "queue", "maxRecordsPerBatch": "40000"}, "at most 32767"),
+    ],
+)
+def test_a_bad_queue_mode_option_is_named(options: dict[str, str], named: str) -> None:
+    with pytest.raises(OptionError, match=named):
+        read(**options)

@@ -79,5 +79,6 @@ def is_kanin(connection: AbstractConnection) -> bool:
 def not_a_stream(queue: str) -> KaninSparkError:
     return KaninSparkError(
         f"queue {queue!r} (option {QUEUE!r}) is not a stream: its deliveries carry no "
-        "x-stream-offset header (stream mode reads queues declared with x-queue-type: stream)"
+        "x-stream-offset header (stream mode reads queues declared with x-queue-type: stream; "
+        "read classic and quorum queues with option mode=queue)"
     )

@@ -27,16 +27,34 @@ MAX_RECORDS_PER_BATCH = "maxRecordsPerBatch"
 STARTING_OFFSETS = "startingOffsets"
 ENDING_OFFSETS = "endingOffsets"
 NUM_PARTITIONS = "numPartitions"
+MODE = "mode"
 # Spark adds this one itself to a streaming sink's options.
 CHECKPOINT_LOCATION = "checkpointLocation"
 
-READ_OPTIONS = (URI, QUEUE, MAX_RECORDS_PER_BATCH, STARTING_OFFSETS, ENDING_OFFSETS, NUM_PARTITIONS)
+READ_OPTIONS = (
+    URI,
+    QUEUE,
+    MODE,
+    MAX_RECORDS_PER_BATCH,
+    STARTING_OFFSETS,
+    ENDING_OFFSETS,
+    NUM_PARTITIONS,
+)
+# Options that only a stream can honour: a queue has no offsets and is read on the driver.
+STREAM_ONLY_OPTIONS = (STARTING_OFFSETS, ENDING_OFFSETS, NUM_PARTITIONS)
 WRITE_OPTIONS = (URI, QUEUE, EXCHANGE, ROUTING_KEY, ID_COLUMN)
 SPARK_OPTIONS = (CHECKPOINT_LOCATION,)
 
 # A stream position: the stream's first retained message, its tail when first asked
 # ("last": only messages appended from then on), or an offset.
 Position = Literal["first", "last"] | int
+# How a queue is read: "stream" replays offset ranges of a stream (x-queue-type: stream);
+# "queue" consumes a classic or quorum queue, acking once Spark has committed a batch.
+Mode = Literal["stream", "queue"]
+# Queue mode's prefetch is twice the batch size (see queue_read.py), and AMQP's prefetch
+# count is 16 bits.
+QUEUE_MODE_MAX_BATCH = 65535 // 2
+QUEUE_MODE_DEFAULT_BATCH = 10_000
 
 
 class Role(Enum):
@@ -59,6 +77,7 @@ class KaninOptions:
     starting_offsets: Position = "first"
     ending_offsets: Position = "last"
     num_partitions: int = 1
+    mode: Mode = "stream"
 
     @property
     def safe_uri(self) -> str:
@@ -86,6 +105,9 @@ def parse_options(raw: Mapping[str, str], role: Role) -> KaninOptions:
 
 
 def _read_options(given: dict[str, str], uri: str) -> KaninOptions:
+    mode = _parse_mode(given)
+    if mode == "queue":
+        return _queue_mode_options(given, uri)
     starting = _parse_position(given, STARTING_OFFSETS, "first")
     ending = _parse_position(given, ENDING_OFFSETS, "last")
     if ending == "first":
@@ -102,6 +124,30 @@ def _read_options(given: dict[str, str], uri: str) -> KaninOptions:
         ending_offsets=ending,
         num_partitions=_positive_int(given, NUM_PARTITIONS) or os.cpu_count() or 1,
     )
+
+
+def _queue_mode_options(given: dict[str, str], uri: str) -> KaninOptions:
+    for name in STREAM_ONLY_OPTIONS:
+        if name.lower() in given:
+            raise OptionError(f"option {name!r} is for streams, not for {MODE}=queue")
+    batch = _positive_int(given, MAX_RECORDS_PER_BATCH) or QUEUE_MODE_DEFAULT_BATCH
+    if batch > QUEUE_MODE_MAX_BATCH:
+        raise OptionError(
+            f"option {MAX_RECORDS_PER_BATCH!r} is at most {QUEUE_MODE_MAX_BATCH} with "
+            f"{MODE}=queue (the prefetch is twice it, and AMQP's prefetch is at most 65535)"
+        )
+    return KaninOptions(
+        uri=uri, queue=_required(given, QUEUE, Role.READ), max_records_per_batch=batch, mode="queue"
+    )
+
+
+def _parse_mode(given: dict[str, str]) -> Mode:
+    value = (_text(given, MODE) or "stream").strip().lower()
+    if value == "stream":
+        return "stream"
+    if value == "queue":
+        return "queue"
+    raise OptionError(f"option {MODE!r} must be 'stream' or 'queue': {value!r}")
 
 
 def _write_options(given: dict[str, str], uri: str) -> KaninOptions:
