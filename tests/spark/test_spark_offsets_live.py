@@ -22,7 +22,7 @@ from kanin.spark.options import Role, parse_options
 from kanin.spark.reader import KaninStreamReader
 from kanin.spark.stream_read import read_range
 
-pytestmark = [pytest.mark.kanin_only, pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.spark, pytest.mark.kanin_only, pytest.mark.timeout(60)]
 
 
 def stream_reader(url: str, queue: str) -> KaninStreamReader:

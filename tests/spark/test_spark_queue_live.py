@@ -12,7 +12,7 @@ from kanin.spark.options import Role, parse_options
 from kanin.spark.queue_read import KaninQueueReader
 from kanin.spark.rows import Row
 
-pytestmark = [pytest.mark.timeout(60)]
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(60)]
 
 
 def queue_reader(url: str, queue: str, batch: int) -> KaninQueueReader:
