@@ -1,0 +1,133 @@
+"""The stream reader's broker side without Spark: finding a stream's extent, keeping the
+offsets connection alive while the caller is blocked, reading a range and closing cleanly.
+
+Spark's streaming source process sits blocked on the JVM while a micro-batch runs; the
+connection it keeps for finding the tail must still answer heartbeats then. These run the
+reader's own methods directly, against a real broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from spark_helpers import STREAM, channel, declare_stream, publish
+
+from kanin.spark import extent
+from kanin.spark.offsets import OffsetRange
+from kanin.spark.options import Role, parse_options
+from kanin.spark.reader import KaninStreamReader
+from kanin.spark.stream_read import read_range
+
+pytestmark = [pytest.mark.spark, pytest.mark.kanin_only, pytest.mark.timeout(60)]
+
+
+def stream_reader(url: str, queue: str) -> KaninStreamReader:
+    return KaninStreamReader(parse_options({"uri": url, "queue": queue}, Role.READ))
+
+
+def test_an_empty_stream_starts_at_0_and_batches_wait_for_messages(broker: Any) -> None:
+    queue = declare_stream(broker.url, "empty")
+    reader = stream_reader(broker.url, queue)
+    try:
+        assert reader.initialOffset() == {"next": 0}
+        assert reader.latestOffset({"next": 0}, ReadAllAvailable()) == {"next": 0}
+        publish(broker.url, queue, 30)
+        assert reader.latestOffset({"next": 0}, ReadMaxRows(20)) == {"next": 20}
+        assert reader.latestOffset({"next": 20}, ReadMaxRows(20)) == {"next": 30}
+    finally:
+        reader.stop()
+
+
+def test_available_now_stops_at_the_tail_it_found_when_prepared(broker: Any) -> None:
+    queue = declare_stream(broker.url, "now")
+    publish(broker.url, queue, 10)
+    reader = stream_reader(broker.url, queue)
+    try:
+        reader.prepareForTriggerAvailableNow()
+        publish(broker.url, queue, 5, start=10)
+        assert reader.latestOffset({"next": 0}, ReadAllAvailable()) == {"next": 10}
+    finally:
+        reader.stop()
+
+
+def test_the_offsets_connection_outlives_a_blocked_caller(broker_factory: Any) -> None:
+    with broker_factory(heartbeat_s=1) as broker:
+        queue = declare_stream(broker.url, "hb")
+        publish(broker.url, queue, 5)
+        reader = stream_reader(broker.url, queue)
+        try:
+            assert reader.initialOffset() == {"next": 0}
+            probe = reader._probe
+            assert probe is not None
+            connection = probe._connection
+            time.sleep(4)  # four heartbeat intervals with the caller doing nothing
+            assert connection is not None and not connection.is_closed
+            assert reader.latestOffset({"next": 0}, ReadAllAvailable()) == {"next": 5}
+            assert probe._connection is connection  # the same one, not a reconnection
+        finally:
+            reader.stop()
+
+
+def test_a_range_read_gets_its_offsets_and_closes_without_a_reject(
+    broker: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = declare_stream(broker.url, "range")
+    publish(broker.url, queue, 3000)
+    options = parse_options({"uri": broker.url, "queue": queue}, Role.READ)
+
+    with caplog.at_level(logging.INFO, logger="kanin"):
+        rows = list(read_range(options, OffsetRange(100, 600)))  # credit left unused at the end
+        time.sleep(0.2)  # the broker logs the close on its own thread
+
+    assert [row[8] for row in rows] == list(range(100, 600))
+    assert rows[0][0] == b"m100"
+    closes = [r.getMessage() for r in caplog.records if "closing AMQP connection" in r.getMessage()]
+    assert any("client closed it" in message for message in closes)
+    assert not any("540" in message or "reject" in message for message in closes)
+    assert list(read_range(options, OffsetRange(100, 600))) == rows  # read again: the same
+
+
+def test_after_retention_the_extent_never_overshoots_and_refreshes_to_exact(
+    broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queue = "retained"
+    with channel(broker.url) as ch:
+        ch.queue_declare(
+            queue,
+            durable=True,
+            arguments={
+                **STREAM,
+                "x-stream-max-segment-size-bytes": 20_000,
+                "x-max-length-bytes": 60_000,
+            },
+        )
+    publish(broker.url, queue, 100)
+    reader = stream_reader(broker.url, queue)
+    try:
+        assert reader.latestOffset({"next": 0}, ReadAllAvailable()) == {"next": 100}
+        publish_padded(broker.url, queue, 2000, start=100)
+        remembered = reader.latestOffset({"next": 0}, ReadAllAvailable())["next"]
+        assert 100 <= remembered <= 2100  # an old first offset: short, never past the tail
+
+        monkeypatch.setattr(extent, "FIRST_REFRESH_S", 0.0)
+        assert reader.latestOffset({"next": 0}, ReadAllAvailable()) == {"next": 2100}
+        first = reader.initialOffset()["next"]
+    finally:
+        reader.stop()
+    assert first > 0  # retention removed the oldest segments
+    options = parse_options({"uri": broker.url, "queue": queue}, Role.READ)
+    assert [row[8] for row in read_range(options, OffsetRange(0, 2100))] == list(range(first, 2100))
+
+
+def publish_padded(url: str, queue: str, count: int, start: int) -> None:
+    """Messages of 100 bytes, enough to fill segments. Only the last is confirmed: a
+    channel's messages are appended in order, so once it is, all are."""
+    with channel(url) as ch:
+        for n in range(start, start + count):
+            if n == start + count - 1:
+                ch.confirm_delivery()
+            ch.basic_publish("", queue, (b"m%d" % n).ljust(100, b"."))
