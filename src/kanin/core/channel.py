@@ -244,7 +244,9 @@ class Channel:
     def deliver_run(self, consumer: Consumer, entry: Entry, messages: Sequence[Delivered]) -> None:
         """`messages`, in order, to `consumer`, whose queue never looks at a delivery's
         entry again (a stream's acks, requeues and rejects do not): they all hold `entry`.
-        The frames are those `deliver` writes, encoded for the whole run at once."""
+        The frames are those `deliver` writes, encoded for the whole run at once. Only
+        for consumers that ack (a stream refuses the others)."""
+        assert not consumer.no_ack, "deliver_run tracks every delivery as unacked"
         queue, unacked = consumer.queue, self.unacked
         encoder = DeliveryEncoder(self.id, consumer.tag_bytes, self.port.frame_max)
         parts: list[bytes] = []
