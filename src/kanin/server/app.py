@@ -134,8 +134,7 @@ class BrokerServer:
             log.info("kanin listening for the management API on %s port %d", host, mgmt_port)
 
     async def _start_prometheus(self, context: MgmtContext) -> None:
-        port = self.config.prometheus_port
-        if port is None:
+        if (port := self.config.prometheus_port) is None:
             return
         self.prometheus = MgmtServer(context, build_metrics_app)
         try:
@@ -191,10 +190,9 @@ class BrokerServer:
             await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
-        if self.mgmt is not None:
-            await self.mgmt.stop()  # first: no API request acts on a broker going away
-        if self.prometheus is not None:
-            await self.prometheus.stop()
+        for http in (self.mgmt, self.prometheus):  # first: no request sees a broker going away
+            if http is not None:
+                await http.stop()
         if self._stats_task is not None:
             self._stats_task.cancel()
         if self.disk is not None:
