@@ -167,6 +167,8 @@ class Kanin:
             "0",
             "--mgmt-port",
             "0",
+            "--prometheus-port",
+            "0",
             "--bind",
             "127.0.0.1",
             "--data-dir",

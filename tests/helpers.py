@@ -350,7 +350,8 @@ def start_kanin(
     the process (by its PID) when done.
     """
     command = [sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"]
-    command += ["--mgmt-port", "0"]  # no management API: side-by-side brokers, RabbitMQ
+    # No management API or metrics: side-by-side brokers, RabbitMQ
+    command += ["--mgmt-port", "0", "--prometheus-port", "0"]
     process = subprocess.Popen(
         [*command, "--data-dir", str(data_dir), *extra], stderr=subprocess.PIPE, text=True
     )

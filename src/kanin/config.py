@@ -57,6 +57,8 @@ class BrokerConfig:
     # The management HTTP API's port, on the same address(es); None: no API. 0 picks a
     # free port (tests); the command line's `--mgmt-port 0` means None.
     mgmt_port: int | None = 15672
+    # The Prometheus metrics' port (/metrics), likewise: None: none, 0: a free port.
+    prometheus_port: int | None = 15692
     data_dir: Path = Path("kanin-data")
 
     # Values proposed in connection.tune; the client may lower them.
@@ -117,6 +119,8 @@ class BrokerConfig:
             raise ValueError(f"port must be 0..65535, got {self.port}")
         if self.mgmt_port is not None and not 0 <= self.mgmt_port <= 65535:
             raise ValueError(f"mgmt_port must be 0..65535, got {self.mgmt_port}")
+        if self.prometheus_port is not None and not 0 <= self.prometheus_port <= 65535:
+            raise ValueError(f"prometheus_port must be 0..65535, got {self.prometheus_port}")
         if self.frame_max != 0 and self.frame_max < 4096:
             raise ValueError(f"frame_max must be 0 or >= 4096, got {self.frame_max}")
         if not 0 <= self.channel_max <= 65535:

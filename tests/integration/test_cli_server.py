@@ -70,6 +70,8 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
                 str(port),
                 "--mgmt-port",
                 "0",
+                "--prometheus-port",
+                "0",
                 "--bind",
                 "127.0.0.1",
                 "--data-dir",
@@ -104,6 +106,8 @@ def test_default_bind_listens_on_ipv4_and_ipv6(tmp_path: Path) -> None:
     process = subprocess.Popen(
         [
             *(sys.executable, "-m", "kanin", "server", "--port", "0", "--mgmt-port", "0"),
+            "--prometheus-port",
+            "0",
             *("--data-dir", str(tmp_path)),
         ],
         stderr=subprocess.PIPE,
@@ -131,7 +135,7 @@ def test_management_port_in_use_is_a_clear_error_naming_it(tmp_path: Path) -> No
         result = subprocess.run(
             [
                 *(sys.executable, "-m", "kanin", "server", "--port", "0"),
-                *("--bind", "127.0.0.1", "--mgmt-port", str(busy)),
+                *("--bind", "127.0.0.1", "--mgmt-port", str(busy), "--prometheus-port", "0"),
                 *("--data-dir", str(tmp_path)),
             ],
             capture_output=True,

@@ -218,7 +218,7 @@ def test_a_saved_stream_queue_type_is_dropped_and_the_queue_kept(tmp_path: Path)
 
 def run_server(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"]
-    command += ["--mgmt-port", "0"]  # no management API
+    command += ["--mgmt-port", "0", "--prometheus-port", "0"]  # no HTTP listeners
     return subprocess.run(
         [*command, "--data-dir", str(data_dir), *args],
         capture_output=True,

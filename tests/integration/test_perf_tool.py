@@ -47,8 +47,15 @@ def assert_clean(summary: dict[str, Any], confirms: bool) -> None:
 
 def test_transient_no_confirms_auto_ack(broker: Endpoint, unique: Unique) -> None:
     code, summary, stderr = perf(
-        "--uri", broker.url, "--queue-prefix", unique("perf-a"), "--delete-queues",
-        "--duration", "1", "-s", "100",
+        "--uri",
+        broker.url,
+        "--queue-prefix",
+        unique("perf-a"),
+        "--delete-queues",
+        "--duration",
+        "1",
+        "-s",
+        "100",
     )
     assert code == 0, stderr
     assert_clean(summary, confirms=False)
@@ -59,10 +66,33 @@ def test_transient_no_confirms_auto_ack(broker: Endpoint, unique: Unique) -> Non
 
 def test_persistent_window_confirms_manual_multi_ack(broker: Endpoint, unique: Unique) -> None:
     code, summary, stderr = perf(
-        "--uri", broker.url, "--queue-prefix", unique("perf-b"), "--delete-queues",
-        "--duration", "1", "-x", "2", "-y", "2", "--queues", "2", "--producer-channels", "2",
-        "--persistent", "--durable", "--confirm", "window:200", "--ack", "manual",
-        "--prefetch", "100", "--multi-ack-every", "10", "-s", "1500",
+        "--uri",
+        broker.url,
+        "--queue-prefix",
+        unique("perf-b"),
+        "--delete-queues",
+        "--duration",
+        "1",
+        "-x",
+        "2",
+        "-y",
+        "2",
+        "--queues",
+        "2",
+        "--producer-channels",
+        "2",
+        "--persistent",
+        "--durable",
+        "--confirm",
+        "window:200",
+        "--ack",
+        "manual",
+        "--prefetch",
+        "100",
+        "--multi-ack-every",
+        "10",
+        "-s",
+        "1500",
     )
     assert code == 0, stderr
     assert_clean(summary, confirms=True)
@@ -73,9 +103,23 @@ def test_persistent_window_confirms_manual_multi_ack(broker: Endpoint, unique: U
 
 def test_count_with_batch_confirms_through_an_exchange(broker: Endpoint, unique: Unique) -> None:
     code, summary, stderr = perf(
-        "--uri", broker.url, "--queue-prefix", unique("perf-c"), "--delete-queues",
-        "--exchange", unique("perf-x"), "--count", "300", "--producer-channels", "2",
-        "--confirm", "batch:50", "--ack", "manual", "--processes", "1",
+        "--uri",
+        broker.url,
+        "--queue-prefix",
+        unique("perf-c"),
+        "--delete-queues",
+        "--exchange",
+        unique("perf-x"),
+        "--count",
+        "300",
+        "--producer-channels",
+        "2",
+        "--confirm",
+        "batch:50",
+        "--ack",
+        "manual",
+        "--processes",
+        "1",
     )
     assert code == 0, stderr
     assert_clean(summary, confirms=True)
@@ -84,8 +128,17 @@ def test_count_with_batch_confirms_through_an_exchange(broker: Endpoint, unique:
 
 def test_rate_limit_is_kept(broker: Endpoint, unique: Unique) -> None:
     code, summary, stderr = perf(
-        "--uri", broker.url, "--queue-prefix", unique("perf-d"), "--delete-queues",
-        "--duration", "1", "--rate", "200", "--confirm", "each",
+        "--uri",
+        broker.url,
+        "--queue-prefix",
+        unique("perf-d"),
+        "--delete-queues",
+        "--duration",
+        "1",
+        "--rate",
+        "200",
+        "--confirm",
+        "each",
     )
     assert code == 0, stderr
     assert_clean(summary, confirms=True)
@@ -94,9 +147,25 @@ def test_rate_limit_is_kept(broker: Endpoint, unique: Unique) -> None:
 
 def test_sixteen_byte_messages_carry_the_short_stamp(broker: Endpoint, unique: Unique) -> None:
     code, summary, stderr = perf(
-        "--uri", broker.url, "--queue-prefix", unique("perf-e"), "--delete-queues",
-        "--count", "500", "-x", "2", "--producer-channels", "2", "-s", "16",
-        "--confirm", "window:100", "--ack", "manual", "--multi-ack-every", "7",
+        "--uri",
+        broker.url,
+        "--queue-prefix",
+        unique("perf-e"),
+        "--delete-queues",
+        "--count",
+        "500",
+        "-x",
+        "2",
+        "--producer-channels",
+        "2",
+        "-s",
+        "16",
+        "--confirm",
+        "window:100",
+        "--ack",
+        "manual",
+        "--multi-ack-every",
+        "7",
     )
     assert code == 0, stderr
     assert_clean(summary, confirms=True)
@@ -112,8 +181,12 @@ def test_self_test_against_the_sink() -> None:
 
 
 @pytest.mark.parametrize(
-    "bad", [["--confirm", "sometimes"], ["-s", "8"], ["--prefetch", "5", "--ack", "manual",
-                                                      "--multi-ack-every", "10"]]
+    "bad",
+    [
+        ["--confirm", "sometimes"],
+        ["-s", "8"],
+        ["--prefetch", "5", "--ack", "manual", "--multi-ack-every", "10"],
+    ],
 )
 def test_bad_options_are_usage_errors(bad: list[str]) -> None:
     result = subprocess.run(

@@ -212,7 +212,7 @@ def stop(process: subprocess.Popen[str]) -> None:
 
 def start_refused(data_dir: Path) -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"]
-    command += ["--mgmt-port", "0"]  # no management API
+    command += ["--mgmt-port", "0", "--prometheus-port", "0"]  # no HTTP listeners
     return subprocess.run(
         [*command, "--data-dir", str(data_dir), "--segment-mb", SEGMENT_MB],
         capture_output=True,

@@ -32,6 +32,8 @@ def run_server(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
         "0",
         "--mgmt-port",
         "0",
+        "--prometheus-port",
+        "0",
         "--bind",
         "127.0.0.1",
         "--data-dir",

@@ -48,9 +48,15 @@ def test_server_properties_advertise_rabbitmq_capabilities() -> None:
     start = handshake.connection_start()
     capabilities = start.server_properties["capabilities"]
     for name in (
-        "publisher_confirms", "exchange_exchange_bindings", "basic.nack",
-        "consumer_cancel_notify", "connection.blocked", "consumer_priorities",
-        "authentication_failure_close", "per_consumer_qos", "direct_reply_to",
+        "publisher_confirms",
+        "exchange_exchange_bindings",
+        "basic.nack",
+        "consumer_cancel_notify",
+        "connection.blocked",
+        "consumer_priorities",
+        "authentication_failure_close",
+        "per_consumer_qos",
+        "direct_reply_to",
     ):
         assert capabilities[name] is True
     assert start.mechanisms.split() == ["PLAIN", "AMQPLAIN"]
@@ -67,8 +73,9 @@ def test_server_properties_advertise_rabbitmq_capabilities() -> None:
 )
 def test_tune_negotiation(client: tuple[int, int, int], expected: tuple[int, int, int]) -> None:
     channel_max, frame_max, heartbeat = client
-    ok = commands.Connection.TuneOk(channel_max=channel_max, frame_max=frame_max,
-                                    heartbeat=heartbeat)
+    ok = commands.Connection.TuneOk(
+        channel_max=channel_max, frame_max=frame_max, heartbeat=heartbeat
+    )
     assert handshake.negotiate_tune(BrokerConfig(), ok) == expected
 
 
@@ -88,9 +95,15 @@ def test_tune_frame_max_below_minimum_closes_silently() -> None:
 @pytest.mark.parametrize(
     ("host", "loopback"),
     [
-        ("127.0.0.1", True), ("127.1.2.3", True), ("::1", True), ("::ffff:127.0.0.1", True),
-        ("10.0.0.1", False), ("192.168.1.5", False), ("::ffff:10.0.0.1", False),
-        ("fe80::1%eth0", False), ("not-an-address", False),
+        ("127.0.0.1", True),
+        ("127.1.2.3", True),
+        ("::1", True),
+        ("::ffff:127.0.0.1", True),
+        ("10.0.0.1", False),
+        ("192.168.1.5", False),
+        ("::ffff:10.0.0.1", False),
+        ("fe80::1%eth0", False),
+        ("not-an-address", False),
     ],
 )
 def test_loopback_detection(host: str, loopback: bool) -> None:

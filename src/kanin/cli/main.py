@@ -41,6 +41,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="port of the management HTTP API, on the --bind address(es) (default 15672; "
         "0 turns it off)",
     )
+    server.add_argument(
+        "--prometheus-port",
+        type=int,
+        default=15692,
+        help="port of the Prometheus metrics (/metrics), on the --bind address(es) "
+        "(default 15692; 0 turns them off)",
+    )
     server.add_argument("--heartbeat", type=int, default=60, help="heartbeat seconds proposed")
     server.add_argument(
         "--queue-memory-mb",
@@ -127,6 +134,8 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
         raise StartupError(f"--port must be 0..65535, got {args.port}")
     if not 0 <= args.mgmt_port <= 65535:
         raise StartupError(f"--mgmt-port must be 0..65535, got {args.mgmt_port}")
+    if not 0 <= args.prometheus_port <= 65535:
+        raise StartupError(f"--prometheus-port must be 0..65535, got {args.prometheus_port}")
     if not 0 <= args.heartbeat <= 65535:  # a short in connection.tune
         raise StartupError(f"--heartbeat must be 0..65535 seconds, got {args.heartbeat}")
     if not (math.isfinite(args.queue_memory_mb) and args.queue_memory_mb >= 0):
@@ -146,6 +155,7 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
         port=args.port,
         bind=args.bind,
         mgmt_port=args.mgmt_port or None,
+        prometheus_port=args.prometheus_port or None,
         data_dir=args.data_dir,
         heartbeat_s=args.heartbeat,
         stats_file=args.stats_file,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from kanin.config import BrokerConfig, PermissionSpec
 from kanin.core.alarms import Alarms
 from kanin.core.auth import Permission, UserStore
+from kanin.core.counters import BrokerCounters, ConnectionSet
 from kanin.core.memory import MemoryMonitor, RssReader
 from kanin.core.queues import Queue
 from kanin.core.reply_to import ReplyRegistry
@@ -58,8 +59,9 @@ class Broker:
         self.alarms.on_change = self._on_alarm_change
         self.memory = MemoryMonitor(config.memory_high_watermark_bytes, read_rss)
         self.memory.on_alarm_change = lambda raised: self.alarms.set("memory", raised)
+        self.counters = BrokerCounters()  # running totals, for the metrics
         # Open AMQP connections (the server layer adds and removes them).
-        self.connections: set[Any] = set()
+        self.connections: set[Any] = ConnectionSet(self.counters)
         self.vhosts: dict[str, VirtualHost] = {}
         # Direct reply-to consumers: a reply may come from any connection.
         self.replies = ReplyRegistry()
@@ -79,6 +81,7 @@ class Broker:
             name, self.scheduler, self.memory, self.store, self.config.queue_memory_budget_bytes
         )
         vhost.streams = self.streams
+        vhost.counters = self.counters
         vhost.on_queue_deleted = self._cancel_consumers
         vhost.on_definitions_changed = self.definitions_changed
         self.vhosts[name] = vhost

@@ -79,6 +79,7 @@ class Channel:
         self.port = port
         self.services = services
         self.vhost = services.vhost
+        self.counters = services.vhost.counters  # the broker's running totals
         self.closing = False
         self.assembler = ContentAssembler(services.max_message_bytes, port.assembly_limit)
         self.unacked = UnackedLedger()
@@ -146,6 +147,7 @@ class Channel:
             publish(self, content)
         except AMQPError as exc:
             raise exc.with_method(60, 40) from None
+        self.counters.published += 1
 
     # -- frames out ---------------------------------------------------------------
 
@@ -188,6 +190,8 @@ class Channel:
             )
         for seq, multiple in acks:
             self.port.send(encode_ack(self.id, seq, multiple))
+        self.counters.confirmed += confirms.acks_drained
+        confirms.acks_drained = 0
         if confirms.holds_acks() and self._held_timer is None:
             self._held_timer = self.vhost.scheduler.call_later(HOLD_ACKS_S, self._held_due)
 
@@ -215,9 +219,11 @@ class Channel:
                 self.deadlines.wake()
             consumer.unacked += 1
             self.global_unacked += 1
+            self.counters.delivered_manual_ack += 1
             if entry.stored_id:
                 consumer.queue.note_delivered(entry)
         else:
+            self.counters.delivered_auto_ack += 1
             consumer.queue.forget(entry)
         message = entry.message
         assert message is not None, "a queue hands out messages read back"
@@ -258,6 +264,7 @@ class Channel:
             )
         consumer.unacked += len(messages)
         self.global_unacked += len(messages)
+        self.counters.delivered_manual_ack += len(messages)
         if self.deadlines.idle:
             self.deadlines.wake()
         self.port.send(b"".join(parts))  # one piece: the flush's join passes it through
@@ -287,6 +294,7 @@ class Channel:
             return
         self._release(records)
         if requeue is None:
+            self.counters.acked += len(records)
             for record in records:
                 record.queue.forget(record.entry)
         else:

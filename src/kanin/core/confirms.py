@@ -51,6 +51,7 @@ class ConfirmLedger:
         # Pending seqs waiting for the disk, by the commit round that holds them.
         self._disk = RoundBatches(store, self._round_ended) if store is not None else None
         self._on_resolved = on_resolved  # something resolved outside a publish: flush soon
+        self.acks_drained = 0  # seqs acked by the drains so far (the channel counts them)
 
     @property
     def pending_count(self) -> int:
@@ -166,8 +167,10 @@ class ConfirmLedger:
             acks.append((below[-1], len(below) > 1))
         if hold_above:
             self._acked = above
+            self.acks_drained += len(below)
         else:
             acks.extend((seq, False) for seq in above)
+            self.acks_drained += len(acked)
         return nacks, acks
 
     def holds_acks(self) -> bool:

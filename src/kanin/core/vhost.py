@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kanin.amqp import constants as C
 from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
 from kanin.core import queues
+from kanin.core.counters import BrokerCounters
 from kanin.core.dead_letter import dead_letter
 from kanin.core.equivalence import check_equivalent_args, check_equivalent_flags
 from kanin.core.exchanges import (
@@ -60,6 +61,7 @@ class VirtualHost:
         self.memory = memory
         self.store = store
         self.streams: StreamLogs | None = None  # set by the broker
+        self.counters = BrokerCounters()  # the broker's, which it sets
         self.queue_memory_budget_bytes = queue_memory_budget_bytes
         # Called when a durable definition changes, so it can be saved.
         self.on_definitions_changed: Callable[[], None] | None = None

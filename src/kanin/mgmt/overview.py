@@ -12,7 +12,7 @@ import os
 import platform
 import resource
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -29,6 +29,9 @@ from kanin.mgmt.live_shapes import open_sessions
 from kanin.mgmt.messages import build_message, properties_from, settle, take
 from kanin.mgmt.shapes import NODE
 
+if TYPE_CHECKING:
+    from kanin.core.vhost import VirtualHost
+
 ALIVENESS_QUEUE = "aliveness-test"
 
 
@@ -39,9 +42,8 @@ def _exchange_types() -> list[dict[str, Any]]:
     ]
 
 
-async def overview(request: web.Request) -> web.Response:
-    ctx, user = context_of(request), user_of(request)
-    vhosts = visible_vhosts(ctx.broker, user)
+def totals(ctx: MgmtContext, vhosts: list[VirtualHost]) -> dict[str, dict[str, int]]:
+    """queue_totals and object_totals over these vhosts (the Prometheus metrics' too)."""
     names = {vhost.name for vhost in vhosts}
     sessions = [s for s in open_sessions(ctx.broker) if s.vhost.name in names]
     channels = [c for s in sessions for c in s.channels.values()]
@@ -49,7 +51,25 @@ async def overview(request: web.Request) -> web.Response:
     queues = [queue for vhost in vhosts for queue in vhost.queues.values()]
     ready = sum(queue.message_count for queue in queues)
     held = sum(unacked[id(queue)] for queue in queues)
-    shape = {
+    return {
+        "queue_totals": {
+            "messages": ready + held,
+            "messages_ready": ready,
+            "messages_unacknowledged": held,
+        },
+        "object_totals": {
+            "connections": len(sessions),
+            "channels": len(channels),
+            "consumers": sum(len(channel.consumers) for channel in channels),
+            "exchanges": sum(len(vhost.exchanges) for vhost in vhosts),
+            "queues": len(queues),
+        },
+    }
+
+
+async def overview(request: web.Request) -> web.Response:
+    ctx, user = context_of(request), user_of(request)
+    shape: dict[str, Any] = {
         "management_version": RABBITMQ_VERSION,
         "rates_mode": "none",
         "exchange_types": _exchange_types(),
@@ -63,18 +83,7 @@ async def overview(request: web.Request) -> web.Response:
         "disable_stats": False,
         "enable_queue_totals": False,
         "message_stats": {},
-        "queue_totals": {
-            "messages": ready + held,
-            "messages_ready": ready,
-            "messages_unacknowledged": held,
-        },
-        "object_totals": {
-            "connections": len(sessions),
-            "channels": len(channels),
-            "consumers": sum(len(channel.consumers) for channel in channels),
-            "exchanges": sum(len(vhost.exchanges) for vhost in vhosts),
-            "queues": len(queues),
-        },
+        **totals(ctx, visible_vhosts(ctx.broker, user)),
         "statistics_db_event_queue": 0,
         "listeners": [
             {"node": NODE, "protocol": protocol, "ip_address": address, "port": port}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -14,14 +15,21 @@ from kanin.mgmt.context import MgmtContext
 
 
 class MgmtServer:
-    def __init__(self, context: MgmtContext) -> None:
+    def __init__(
+        self,
+        context: MgmtContext,
+        build: Callable[[MgmtContext], web.Application] = build_app,
+    ) -> None:
+        """`build` makes the application served: the management API's by default, or
+        another on the same terms (the Prometheus metrics', prometheus/app.py)."""
         self.context = context
+        self._build = build
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
 
     async def start(self, bind: str | None, port: int) -> list[tuple[str, int]]:
         """Listen; the (host, port) of every listening socket."""
-        runner = web.AppRunner(build_app(self.context), access_log=None)
+        runner = web.AppRunner(self._build(self.context), access_log=None)
         await runner.setup()
         self._runner = runner
         assert runner.server is not None  # made by setup()

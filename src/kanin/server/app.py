@@ -18,6 +18,7 @@ from kanin.core.session.session import Session
 from kanin.errors import StartupError
 from kanin.mgmt.context import MgmtContext
 from kanin.mgmt.server import MgmtServer
+from kanin.prometheus.app import build_metrics_app
 from kanin.server.bugs import loop_exception_handler
 from kanin.server.connection import AMQPConnection
 from kanin.server.datadir_lock import DataDirLock
@@ -51,6 +52,8 @@ class BrokerServer:
         self._gc_thresholds: tuple[int, int, int] | None = None  # what start replaced
         self.mgmt: MgmtServer | None = None
         self.mgmt_addresses: list[tuple[str, int]] = []
+        self.prometheus: MgmtServer | None = None
+        self.prometheus_addresses: list[tuple[str, int]] = []
 
     async def start(self) -> list[tuple[str, int]]:
         """Listen; return the (host, port) of every listening socket."""
@@ -110,9 +113,6 @@ class BrokerServer:
         return addresses
 
     async def _start_mgmt(self, broker: Broker, amqp: list[tuple[str, int]]) -> None:
-        port = self.config.mgmt_port
-        if port is None:
-            return
         disk, rss = self.disk, self.rss
         context = MgmtContext(
             broker,
@@ -120,6 +120,10 @@ class BrokerServer:
             read_rss=rss.read if rss is not None else None,
             disk_free=(lambda: disk.free_bytes) if disk is not None else None,
         )
+        await self._start_prometheus(context)
+        port = self.config.mgmt_port
+        if port is None:
+            return
         self.mgmt = MgmtServer(context)
         try:
             self.mgmt_addresses = await self.mgmt.start(self.config.bind, port)
@@ -128,6 +132,18 @@ class BrokerServer:
         for host, mgmt_port in self.mgmt_addresses:
             context.listeners.append(("http", host, mgmt_port))
             log.info("kanin listening for the management API on %s port %d", host, mgmt_port)
+
+    async def _start_prometheus(self, context: MgmtContext) -> None:
+        if (port := self.config.prometheus_port) is None:
+            return
+        self.prometheus = MgmtServer(context, build_metrics_app)
+        try:
+            self.prometheus_addresses = await self.prometheus.start(self.config.bind, port)
+        except OSError as exc:  # named, as the management API's is
+            raise OSError(exc.errno, f"Prometheus metrics port {port}: {exc.strerror}") from None
+        for host, metrics_port in self.prometheus_addresses:
+            context.listeners.append(("http/prometheus", host, metrics_port))
+            log.info("kanin listening for Prometheus on %s port %d", host, metrics_port)
 
     async def _listen(self, broker: Broker) -> asyncio.Server:
         bind, port = self.config.bind, self.config.port
@@ -174,8 +190,9 @@ class BrokerServer:
             await asyncio.sleep(1.0)
 
     async def stop(self) -> None:
-        if self.mgmt is not None:
-            await self.mgmt.stop()  # first: no API request acts on a broker going away
+        for http in (self.mgmt, self.prometheus):  # first: no request sees a broker going away
+            if http is not None:
+                await http.stop()
         if self._stats_task is not None:
             self._stats_task.cancel()
         if self.disk is not None:

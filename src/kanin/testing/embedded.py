@@ -28,6 +28,7 @@ class EmbeddedBroker:
     server: BrokerServer
     loop: asyncio.AbstractEventLoop
     mgmt_port: int | None = None  # the management API's, when it was asked for
+    prometheus_port: int | None = None  # the Prometheus metrics', likewise
 
     @property
     def url(self) -> str:
@@ -39,6 +40,13 @@ class EmbeddedBroker:
         if self.mgmt_port is None:
             raise RuntimeError("this broker runs no management API: start it with mgmt_port=0")
         return f"http://{self.host}:{self.mgmt_port}"
+
+    @property
+    def prometheus_url(self) -> str:
+        """http://host:port of the Prometheus metrics (ask for them with prometheus_port=0)."""
+        if self.prometheus_port is None:
+            raise RuntimeError("this broker serves no metrics: start it with prometheus_port=0")
+        return f"http://{self.host}:{self.prometheus_port}"
 
     def call(self, fn: Callable[[], T]) -> T:
         """Run fn on the broker's loop and return its result (for introspection)."""
@@ -56,10 +64,18 @@ def running_broker(
     config = config or BrokerConfig()
     # The process's resident memory is the test run's, not the broker's: the memory alarm
     # goes by the counted bytes alone (tests set a small watermark to drive it). The
-    # management API runs only when asked for with mgmt_port=0 (a free port, never a
-    # fixed one: tests run side by side).
+    # management API and the Prometheus metrics run only when asked for with mgmt_port=0
+    # or prometheus_port=0 (a free port, never a fixed one: tests run side by side).
     mgmt_port = 0 if config.mgmt_port == 0 else None
-    config = replace(config, port=0, bind="127.0.0.1", memory_watch_rss=False, mgmt_port=mgmt_port)
+    prometheus_port = 0 if config.prometheus_port == 0 else None
+    config = replace(
+        config,
+        port=0,
+        bind="127.0.0.1",
+        memory_watch_rss=False,
+        mgmt_port=mgmt_port,
+        prometheus_port=prometheus_port,
+    )
     temporary = None
     if data_dir is None:
         # Each embedded broker gets a fresh data directory unless told to reuse one.
@@ -76,7 +92,8 @@ def running_broker(
         addresses = asyncio.run_coroutine_threadsafe(server.start(), loop).result(timeout=10)
         host, port = addresses[0]
         mgmt = server.mgmt_addresses[0][1] if server.mgmt_addresses else None
-        yield EmbeddedBroker(host, port, server, loop, mgmt)
+        metrics = server.prometheus_addresses[0][1] if server.prometheus_addresses else None
+        yield EmbeddedBroker(host, port, server, loop, mgmt, metrics)
     finally:
         asyncio.run_coroutine_threadsafe(server.stop(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)

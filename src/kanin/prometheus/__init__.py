@@ -1,0 +1,1 @@
+"""Prometheus metrics at /metrics, under rabbitmq_prometheus's names (see README)."""
