@@ -90,15 +90,22 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         assert first.wait(timeout=10) == 0
 
 
-def test_invalid_port_is_a_usage_error() -> None:
+@pytest.mark.parametrize(
+    ("flag", "expected"),
+    [
+        ("--port", "port must be 0..65535, got 70000"),
+        ("--prometheus-port", "--prometheus-port must be 0..65535, got 70000"),
+    ],
+)
+def test_invalid_port_is_a_usage_error(flag: str, expected: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "kanin", "server", "--port", "70000"],
+        [sys.executable, "-m", "kanin", "server", flag, "70000"],
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert result.returncode == 2
-    assert "port must be 0..65535, got 70000" in result.stderr
+    assert expected in result.stderr
 
 
 def test_default_bind_listens_on_ipv4_and_ipv6(tmp_path: Path) -> None:
@@ -127,15 +134,23 @@ def test_default_bind_listens_on_ipv4_and_ipv6(tmp_path: Path) -> None:
         assert process.wait(timeout=10) == 0
 
 
-def test_management_port_in_use_is_a_clear_error_naming_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("flag", "named"),
+    [("--mgmt-port", "management API port"), ("--prometheus-port", "Prometheus metrics port")],
+)
+def test_an_http_port_in_use_is_a_clear_error_naming_it(
+    tmp_path: Path, flag: str, named: str
+) -> None:
+    ports = {"--mgmt-port": "0", "--prometheus-port": "0"}
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         busy = holder.getsockname()[1]
+        ports[flag] = str(busy)
         result = subprocess.run(
             [
-                *(sys.executable, "-m", "kanin", "server", "--port", "0"),
-                *("--bind", "127.0.0.1", "--mgmt-port", str(busy), "--prometheus-port", "0"),
+                *(sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"),
+                *(item for pair in ports.items() for item in pair),
                 *("--data-dir", str(tmp_path)),
             ],
             capture_output=True,
@@ -144,7 +159,7 @@ def test_management_port_in_use_is_a_clear_error_naming_it(tmp_path: Path) -> No
         )
     assert result.returncode == 1
     assert "kanin: cannot start:" in result.stderr
-    assert f"management API port {busy}" in result.stderr
+    assert f"{named} {busy}" in result.stderr
     assert "address already in use" in result.stderr.lower()
 
 

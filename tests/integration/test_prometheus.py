@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import re
-import socket
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import Any
 
 import pika
@@ -183,35 +179,3 @@ def test_metrics_are_off_unless_asked_for(broker_factory: Factory) -> None:
         assert broker.server.prometheus is None
         with pytest.raises(RuntimeError):
             broker.prometheus_url  # noqa: B018
-
-
-def test_prometheus_port_in_use_is_a_clear_error_naming_it(tmp_path: Path) -> None:
-    with socket.socket() as holder:
-        holder.bind(("127.0.0.1", 0))
-        holder.listen()
-        busy = holder.getsockname()[1]
-        result = subprocess.run(
-            [
-                *(sys.executable, "-m", "kanin", "server", "--port", "0", "--mgmt-port", "0"),
-                *("--bind", "127.0.0.1", "--prometheus-port", str(busy)),
-                *("--data-dir", str(tmp_path)),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    assert result.returncode == 1
-    assert "kanin: cannot start:" in result.stderr
-    assert f"Prometheus metrics port {busy}" in result.stderr
-    assert "address already in use" in result.stderr.lower()
-
-
-def test_invalid_prometheus_port_is_a_usage_error() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "kanin", "server", "--prometheus-port", "70000"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert result.returncode == 2
-    assert "--prometheus-port must be 0..65535, got 70000" in result.stderr
