@@ -106,16 +106,8 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
             if vhost.ticket_queues and channel.confirms is not None
             else None
         )
-        for queue in queues:
-            if ticket is not None and queue.settles_confirms:
-                result = queue.publish_with_ticket(message, ticket)
-            else:
-                result = queue.publish(message)
-            if result == REFUSED:
-                refused = True
-                queue.reject_publish_dead_letter(message)
-            elif result == STORED:
-                stored = True
+        refused, stored_in_queue = _enqueue(queues, message, ticket)
+        stored = stored or stored_in_queue
         if ticket is not None:  # routed, so never returned
             message.shed_properties()
             _settle_by_queues(channel, ticket, refused, stored)
@@ -135,21 +127,35 @@ def route_without_channel(vhost: VirtualHost, message: Message) -> tuple[bool, b
     exchange = vhost.exchanges.get(message.exchange)
     if exchange is None:
         raise vhost.exchange_not_found(message.exchange)
-    stored = False
     if exchange.intercepts:
         verdict = exchange.intercept(message)
         if verdict & ABSORBED:
             message.shed_properties()
             return True, bool(verdict & EXCHANGE_STORED)
     queues = vhost.route_keys(exchange, message.routing_keys, message.headers)
+    _, stored = _enqueue(queues, message, None)
+    message.shed_properties()
+    return bool(queues), stored
+
+
+def _enqueue(
+    queues: list[Queue], message: Message, ticket: ConfirmTicket | None
+) -> tuple[bool, bool]:
+    """Hand `message` to each queue it was routed to (through `ticket` to the queues that
+    settle confirms themselves); (a queue refused it, a queue stored it). A refusal is
+    dead-lettered by the queue that refused."""
+    refused = stored = False
     for queue in queues:
-        result = queue.publish(message)
+        if ticket is not None and queue.settles_confirms:
+            result = queue.publish_with_ticket(message, ticket)
+        else:
+            result = queue.publish(message)
         if result == REFUSED:
+            refused = True
             queue.reject_publish_dead_letter(message)
         elif result == STORED:
             stored = True
-    message.shed_properties()
-    return bool(queues), stored
+    return refused, stored
 
 
 _ROUTING = "routing"  # a confirm party: the publish is still being routed
