@@ -340,6 +340,17 @@ def open_session(cls: type[S], broker: Any) -> Iterator[S]:
     session.close(cleanup=broker.embedded is None)
 
 
+def server_command(data_dir: Path, *extra: str) -> list[str]:
+    """`kanin server` on 127.0.0.1, AMQP on port 0, without the management API and metrics
+    (brokers side by side, and RabbitMQ, would all want 15672 and 15692); `extra` comes
+    last, so a flag given there wins over these."""
+    return [
+        *(sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"),
+        *("--mgmt-port", "0", "--prometheus-port", "0", "--data-dir", str(data_dir)),
+        *extra,
+    ]
+
+
 def start_kanin(
     data_dir: Path, *extra: str, log: list[str] | None = None
 ) -> tuple[subprocess.Popen[str], int]:
@@ -349,12 +360,7 @@ def start_kanin(
     never blocks on a full pipe; every line goes to `log` if one is given. The caller ends
     the process (by its PID) when done.
     """
-    command = [sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"]
-    # No management API or metrics: side-by-side brokers, RabbitMQ
-    command += ["--mgmt-port", "0", "--prometheus-port", "0"]
-    process = subprocess.Popen(
-        [*command, "--data-dir", str(data_dir), *extra], stderr=subprocess.PIPE, text=True
-    )
+    process = subprocess.Popen(server_command(data_dir, *extra), stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
     lines = log if log is not None else []
     deadline = time.monotonic() + 20

@@ -18,7 +18,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from helpers import start_kanin
+from helpers import server_command, start_kanin
 
 pytestmark = pytest.mark.kanin_only
 
@@ -61,22 +61,7 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
     first, port = start_kanin(tmp_path / "one")
     try:
         second = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "kanin",
-                "server",
-                "--port",
-                str(port),
-                "--mgmt-port",
-                "0",
-                "--prometheus-port",
-                "0",
-                "--bind",
-                "127.0.0.1",
-                "--data-dir",
-                str(tmp_path / "two"),
-            ],
+            server_command(tmp_path / "two", "--port", str(port)),
             capture_output=True,
             text=True,
             timeout=30,
@@ -141,18 +126,12 @@ def test_default_bind_listens_on_ipv4_and_ipv6(tmp_path: Path) -> None:
 def test_an_http_port_in_use_is_a_clear_error_naming_it(
     tmp_path: Path, flag: str, named: str
 ) -> None:
-    ports = {"--mgmt-port": "0", "--prometheus-port": "0"}
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         busy = holder.getsockname()[1]
-        ports[flag] = str(busy)
         result = subprocess.run(
-            [
-                *(sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"),
-                *(item for pair in ports.items() for item in pair),
-                *("--data-dir", str(tmp_path)),
-            ],
+            server_command(tmp_path, flag, str(busy)),
             capture_output=True,
             text=True,
             timeout=30,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from helpers import start_kanin
+from helpers import server_command, start_kanin
 from kanin.testing.embedded import running_broker
 
 pytestmark = pytest.mark.kanin_only
@@ -26,19 +26,8 @@ def run_kanin(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def run_server(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_kanin(
-        "server",
-        "--port",
-        "0",
-        "--mgmt-port",
-        "0",
-        "--prometheus-port",
-        "0",
-        "--bind",
-        "127.0.0.1",
-        "--data-dir",
-        str(data_dir),
-        *args,
+    return subprocess.run(
+        server_command(data_dir, *args), capture_output=True, text=True, timeout=30
     )
 
 
