@@ -26,6 +26,10 @@ How this works (after LavinMQ's persister and the classic group-commit idea):
   reports success while the definitions on disk are behind what its records need.
 - `on_round_end`, if set, runs on the loop as each round ends, before its waiters (the
   free-disk check).
+- `withdraw(message_id)` takes back a chunk appended as withdrawable with that id that
+  no round has taken yet: it is never written (RabbitMQ's message store does the same for a message
+  acked before it was written). The store uses it when a message is removed so soon:
+  neither its ENQUEUE nor a REMOVE need reach the disk.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ class GroupCommitter:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kanin-fsync")
         self._chunks: list[tuple[int, bytes]] = []
         self._chunk_ids: list[int] = []  # per chunk: the message id it carries, or 0
+        # Message id -> its chunk's index in `_chunks`, until a round takes them.
+        self._unwritten: dict[int, int] = {}
         self._waiters: list[Waiter] = []
         self._deletes: list[int] = []
         self._running = False
@@ -95,13 +101,33 @@ class GroupCommitter:
             self._running or self._chunks or self._waiters or self._deletes or self._openers
         )
 
-    def append(self, segment: int, data: bytes, message_id: int = 0, *, lazy: bool = False) -> None:
+    def append(
+        self,
+        segment: int,
+        data: bytes,
+        message_id: int = 0,
+        *,
+        lazy: bool = False,
+        withdrawable: bool = False,
+    ) -> None:
+        if withdrawable:  # with its message id: see withdraw
+            self._unwritten[message_id] = len(self._chunks)
         self._chunks.append((segment, data))
         self._chunk_ids.append(message_id)
         if not lazy:
             self._kick()
         elif self._lazy_timer is None:
             self._arm_lazy_write()
+
+    def withdraw(self, message_id: int) -> bool:
+        """Never write the chunk appended with `message_id` (see the top); False if a round
+        has already taken it, or there is none. Its place in the batch is kept, empty."""
+        index = self._unwritten.pop(message_id, None)
+        if index is None:
+            return False
+        self._chunks[index] = (self._chunks[index][0], b"")
+        self._chunk_ids[index] = 0
+        return True
 
     def at_round_start(self, opener: Callable[[], None]) -> None:
         """Call `opener` as the next round starts (before it takes what is appended), so
@@ -143,6 +169,7 @@ class GroupCommitter:
             opener()
         chunks, self._chunks = self._chunks, []
         ids, self._chunk_ids = self._chunk_ids, []
+        self._unwritten = {}
         waiters, self._waiters = self._waiters, []
         deletes, self._deletes = self._deletes, []
         # Only lazy records: write them, but nobody waits, so no fsync (see the top).
