@@ -112,6 +112,7 @@ async def test_a_message_removed_before_its_round_is_never_written(tmp_path: Pat
     store.remove(QUEUE, gone)  # same loop turn: no round has started yet
     assert await committed(store)
     assert [types for types, _ in log.writes] == [[records.ENQUEUE]]
+    assert (store.committer.withdrawn, store.committer.records_committed) == (1, 1)
     await store.close()
     again = FileStore(tmp_path, asyncio.get_running_loop())
     assert [message.id for message in again.recover()[QUEUE]] == [kept]

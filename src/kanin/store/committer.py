@@ -85,7 +85,9 @@ class GroupCommitter:
         # The number of the round that what is appended now will be written in (a plain
         # attribute: every persistent publish reads it twice).
         self.pending_round = 1
-        self.records_committed = 0
+        self.records_committed = 0  # written, not counting those withdrawn
+        self.withdrawn = 0
+        self._withdrawn_now = 0  # of what is appended now
         self.failed = False  # the last round failed: the disk is in trouble
         self._write_failing = False  # the last write of records failed (logged once)
         self.on_written: Callable[[Landed], None] | None = None
@@ -127,6 +129,8 @@ class GroupCommitter:
             return False
         self._chunks[index] = (self._chunks[index][0], b"")
         self._chunk_ids[index] = 0
+        self.withdrawn += 1
+        self._withdrawn_now += 1
         return True
 
     def at_round_start(self, opener: Callable[[], None]) -> None:
@@ -170,6 +174,7 @@ class GroupCommitter:
         chunks, self._chunks = self._chunks, []
         ids, self._chunk_ids = self._chunk_ids, []
         self._unwritten = {}
+        withdrawn, self._withdrawn_now = self._withdrawn_now, 0
         waiters, self._waiters = self._waiters, []
         deletes, self._deletes = self._deletes, []
         # Only lazy records: write them, but nobody waits, so no fsync (see the top).
@@ -182,7 +187,7 @@ class GroupCommitter:
             self._executor, self._write, prelude, chunks, deletes, sync
         )
         future.add_done_callback(
-            lambda done: self._finish_round(done, prelude, waiters, chunks, ids)
+            lambda done: self._finish_round(done, prelude, waiters, chunks, ids, withdrawn)
         )
 
     def _write(
@@ -209,10 +214,11 @@ class GroupCommitter:
         waiters: list[Waiter],
         chunks: list[tuple[int, bytes]],
         ids: list[int],
+        withdrawn: int,
     ) -> None:
         self._running = False
         self.rounds += 1
-        self.records_committed += len(chunks)
+        self.records_committed += len(chunks) - withdrawn
         error = done.exception()
         ok = error is None
         if prelude is not None:
