@@ -4,8 +4,10 @@ into RabbitMQ's status code and JSON body (errors.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
@@ -14,6 +16,7 @@ from kanin.mgmt.auth import authenticate
 from kanin.mgmt.context import CONTEXT, MgmtContext
 from kanin.mgmt.errors import ApiError, not_found
 from kanin.mgmt.messages import get, publish
+from kanin.mgmt.rates import keep_sampling
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +50,19 @@ async def basic_auth(request: web.Request, handler: Handler) -> web.StreamRespon
     return await handler(request)
 
 
+async def sampling_rates(app: web.Application) -> AsyncIterator[None]:
+    """The message rates are sampled while the API runs, on the broker's loop."""
+    task = asyncio.get_running_loop().create_task(keep_sampling(app[CONTEXT]))
+    yield
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 def build_app(context: MgmtContext) -> web.Application:
     app = web.Application(middlewares=[errors_as_json, basic_auth])
     app[CONTEXT] = context
+    app.cleanup_ctx.append(sampling_rates)
     for family in (overview, access, connections, topology, bindings, definitions):
         family.add_routes(app)
     app.router.add_post("/api/exchanges/{vhost}/{name}/publish", publish)
