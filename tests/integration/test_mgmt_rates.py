@@ -80,7 +80,7 @@ def test_overview_reports_counts_and_rates_over_the_last_interval(mgmt: tuple[An
 
 
 def test_samples_come_with_msg_rates_age_and_lengths_age(mgmt: tuple[Any, Api]) -> None:
-    embedded, api = mgmt
+    _, api = mgmt
     overview = api.get(
         "/api/overview?msg_rates_age=60&msg_rates_incr=5&lengths_age=30&lengths_incr=10"
     ).json

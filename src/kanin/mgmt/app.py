@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from kanin.mgmt import access, bindings, connections, definitions, overview, topology
+from kanin.mgmt import access, bindings, connections, definitions, overview, topology, web_ui
 from kanin.mgmt.auth import authenticate
 from kanin.mgmt.context import CONTEXT, MgmtContext
 from kanin.mgmt.errors import ApiError, not_found
@@ -30,7 +30,7 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
     except ApiError as exc:
         if exc.status == 401:
             log.warning("management API: %s %s refused: %s", request.method, request.path, exc)
-        return exc.response()
+        return exc.response(prompt=not web_ui.asked_by_script(request))
     except web.HTTPNotFound:
         return not_found().response()
     except web.HTTPMethodNotAllowed:
@@ -45,7 +45,10 @@ async def errors_as_json(request: web.Request, handler: Handler) -> web.StreamRe
 @web.middleware
 async def basic_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     # Before the handler, and before a path is found to be unknown: who may not use the
-    # API learns nothing about it (as on RabbitMQ).
+    # API learns nothing about it (as on RabbitMQ). The web UI's files hold no data: the
+    # login form is among them.
+    if web_ui.is_public(request.path):
+        return await handler(request)
     authenticate(request.app[CONTEXT].broker, request.headers.get("Authorization"), request.remote)
     return await handler(request)
 
@@ -63,7 +66,7 @@ def build_app(context: MgmtContext) -> web.Application:
     app = web.Application(middlewares=[errors_as_json, basic_auth])
     app[CONTEXT] = context
     app.cleanup_ctx.append(sampling_rates)
-    for family in (overview, access, connections, topology, bindings, definitions):
+    for family in (overview, access, connections, topology, bindings, definitions, web_ui):
         family.add_routes(app)
     app.router.add_post("/api/exchanges/{vhost}/{name}/publish", publish)
     app.router.add_post("/api/queues/{vhost}/{name}/get", get)
