@@ -10,6 +10,13 @@ export function login(user, password) {
 
 export function logout() {
   sessionStorage.removeItem(AUTH_KEY);
+  sessionStorage.removeItem("kanin.tags");
+}
+
+// The user's tags, as /api/whoami gave them at login.
+export function hasTag(...tags) {
+  const held = (sessionStorage.getItem("kanin.tags") || "").split(",");
+  return tags.some((tag) => held.includes(tag));
 }
 
 export function loggedIn() {

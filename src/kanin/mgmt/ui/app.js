@@ -26,6 +26,7 @@ const NAV = { exchange: "exchanges", queue: "queues", "": "overview" };
 
 let current = null; // {refresh} of the page shown
 let refreshing = false;
+let again = false;
 let refreshes = 0;
 
 function route() {
@@ -46,10 +47,26 @@ async function show() {
   await refresh();
 }
 
+// One refresh at a time; one asked for meanwhile (a page shown, a change made) runs
+// right after, so what is shown is never older than the last change.
 async function refresh() {
-  if (current === null || refreshing) return;
+  if (current === null) return;
+  if (refreshing) {
+    again = true;
+    return;
+  }
   refreshing = true;
-  const shown = current;
+  try {
+    do {
+      again = false;
+      await refreshOnce(current);
+    } while (again && current !== null);
+  } finally {
+    refreshing = false;
+  }
+}
+
+async function refreshOnce(shown) {
   try {
     await shown.refresh();
     refreshes += 1;
@@ -57,7 +74,7 @@ async function refresh() {
     document.getElementById("refreshed").textContent = `Updated ${new Date().toTimeString().slice(0, 8)}`;
     document.getElementById("refreshed").classList.remove("stale");
   } catch (error) {
-    if (error instanceof ApiError && error.status === 401) {
+    if (error instanceof ApiError && error.status === 401 && !(await stillLoggedIn())) {
       logout();
       showLogin("Your credentials were refused; log in again.");
     } else {
@@ -65,8 +82,17 @@ async function refresh() {
       stamp.textContent = `Update failed: ${error.message}`;
       stamp.classList.add("stale");
     }
-  } finally {
-    refreshing = false;
+  }
+}
+
+// A 401 is also the API's answer to a user without the tag or permission a page needs:
+// only credentials no longer accepted end the session.
+async function stillLoggedIn() {
+  try {
+    await get("/api/whoami");
+    return true;
+  } catch {
+    return false;
   }
 }
 
@@ -90,7 +116,8 @@ async function submitLogin(event) {
   const form = event.target;
   login(form.username.value, form.password.value);
   try {
-    await get("/api/whoami");
+    const whoami = await get("/api/whoami");
+    sessionStorage.setItem("kanin.tags", [].concat(whoami.tags).join(","));
   } catch (error) {
     logout();
     const refused = error instanceof ApiError && error.status === 401;

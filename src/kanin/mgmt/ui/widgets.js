@@ -60,10 +60,13 @@ export function dangerButton(label, action, attributes = {}) {
 
 // Runs an action, showing its success message or the API's refusal.
 export async function runAction(action) {
+  const shown = location.hash;
   try {
     const message = await action();
     if (message) notify(message, "ok");
-    window.dispatchEvent(new Event("kanin:changed"));
+    // The page shows the change at once; unless the action left it (a deleted queue's
+    // page goes to the list, which is shown fresh).
+    if (location.hash === shown) window.dispatchEvent(new Event("kanin:changed"));
     return true;
   } catch (error) {
     notify(error.message, "error");
