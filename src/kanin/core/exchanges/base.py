@@ -67,6 +67,9 @@ class Exchange:
         self.bindings: dict[tuple[Any, ...], Binding] = {}
         # Bindings in which this exchange is the destination (exchange-to-exchange).
         self.bound_from: dict[tuple[Any, ...], Binding] = {}
+        # Running totals for the management API's message rates (see Queue's).
+        self.msg_published_in = 0  # publishes to this exchange
+        self.msg_published_out = 0  # queues those publishes were routed to, summed
         self.configure()
 
     def configure(self) -> None:

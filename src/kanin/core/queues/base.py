@@ -65,6 +65,16 @@ class Queue(ABC):
         # Set by the vhost: auto-delete and x-expires, and where dead letters go.
         self.on_unused: Callable[[Queue], None] | None = None
         self.on_dead_letter: Callable[[Queue, list[Entry], str], None] | None = None
+        # Running totals for the management API's message rates, bumped by the code that
+        # routes, delivers and settles (an attribute increment each; mgmt/rates.py reads
+        # them every few seconds).
+        self.msg_published = 0  # routed here by a publish (a channel's or the API's)
+        self.msg_delivered = 0  # basic.deliver to a consumer that acks
+        self.msg_delivered_no_ack = 0  # basic.deliver to a consumer that does not
+        self.msg_got = 0  # basic.get-ok awaiting an ack
+        self.msg_got_no_ack = 0  # basic.get-ok with no-ack
+        self.msg_acked = 0  # deliveries from here acknowledged
+        self.msg_redelivered = 0  # deliveries and get-oks flagged redelivered
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.vhost!r}, {self.name!r})"
