@@ -16,7 +16,6 @@ from kanin import __version__
 from kanin.cli.layers import Layered, SettingError, layer
 from kanin.config import BrokerConfig, UserSpec, default_memory_high_watermark
 from kanin.errors import StartupError
-from kanin.server.app import BrokerServer
 
 
 class OptionError(StartupError):
@@ -296,6 +295,8 @@ def run_server(config: BrokerConfig) -> int:
 
 
 async def _serve(config: BrokerConfig) -> None:
+    from kanin.server.app import BrokerServer  # here: `kanin ctl` need not load the broker
+
     # Handlers first: a SIGTERM during recovery or listening must still stop cleanly.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
