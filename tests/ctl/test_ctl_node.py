@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from ctl_run import Ctl, bare_ctl
+from kanin.cli.ctl import build_parser, connection
 
 pytestmark = pytest.mark.kanin_only
 
@@ -88,9 +89,7 @@ def test_connection_settings_come_from_the_environment(ctl: Ctl) -> None:
     assert bare_ctl("ping", "--password", "bad", **env).code == EX_NOPERM
 
 
-def test_the_default_url_is_rabbitmqs_port_on_localhost(monkeypatch: pytest.MonkeyPatch) -> None:
-    from kanin.cli.ctl import build_parser, connection
-
+def test_the_default_url_is_rabbitmqs_port_on_localhost() -> None:
     api = connection(build_parser().parse_args(["ping"]), {})
     assert (api.url, api.username, api.password) == ("http://127.0.0.1:15672", "guest", "guest")
 
@@ -157,7 +156,7 @@ def test_export_to_a_path_that_cannot_be_written(ctl: Ctl, tmp_path: Path) -> No
     assert f"cannot write {target}: No such file or directory" in ran.err
 
 
-def test_an_http_server_that_is_not_the_api(tmp_path: Path) -> None:
+def test_a_server_that_never_answers_is_a_timeout() -> None:
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen()

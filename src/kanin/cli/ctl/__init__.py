@@ -68,5 +68,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"kanin ctl: {args.command}: {error}", file=sys.stderr)
         return error.exit_code
     except BrokenPipeError:  # `kanin ctl list_queues | head`: the reader has seen enough
-        sys.stderr.close()
+        # Point stdout at /dev/null so that the flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -77,7 +76,7 @@ class Api:
             raise self._unreachable(error.reason) from None
         except TimeoutError:
             raise self._unreachable(TimeoutError()) from None
-        except (OSError, ssl.SSLError) as error:  # reset while reading, and the like
+        except OSError as error:  # reset while reading, a TLS failure, and the like
             raise self._unreachable(error) from None
 
     def _json(self, raw: bytes, method: str, path: str) -> Any:
