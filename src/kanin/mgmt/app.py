@@ -9,7 +9,15 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from kanin.mgmt import access, bindings, connections, definitions, overview, topology
+from kanin.mgmt import (
+    access,
+    bindings,
+    connections,
+    definitions,
+    overview,
+    policies,
+    topology,
+)
 from kanin.mgmt.auth import authenticate
 from kanin.mgmt.context import CONTEXT, MgmtContext
 from kanin.mgmt.errors import ApiError, not_found
@@ -50,7 +58,7 @@ async def basic_auth(request: web.Request, handler: Handler) -> web.StreamRespon
 def build_app(context: MgmtContext) -> web.Application:
     app = web.Application(middlewares=[errors_as_json, basic_auth])
     app[CONTEXT] = context
-    for family in (overview, access, connections, topology, bindings, definitions):
+    for family in (overview, access, connections, topology, bindings, definitions, policies):
         family.add_routes(app)
     app.router.add_post("/api/exchanges/{vhost}/{name}/publish", publish)
     app.router.add_post("/api/queues/{vhost}/{name}/get", get)
