@@ -2,8 +2,8 @@
 
 - Durable definitions change -> the DefinitionsSaver (core/definitions_saver.py) saves
   them in the next message-store commit round (store/definitions.py).
-- Start-up: `restore()` rebuilds vhosts, users, durable exchanges, durable queues and
-  their bindings, then puts each durable queue's recovered messages back in order,
+- Start-up: `restore()` rebuilds vhosts, users, policies, durable exchanges, durable
+  queues and their bindings, then puts each durable queue's recovered messages back in order,
   paged out: what the store recovered is what the queue needs to order, expire,
   prioritise and count them, and bodies are read back only as they are delivered.
 - Recovery never deletes messages: those of a queue the definitions do not name are
