@@ -245,3 +245,33 @@ def test_a_quorum_queue_takes_the_lower_delivery_limit(
         deliveries += 1
         channel.basic_nack(method.delivery_tag, requeue=True)
     assert deliveries == 2  # one return allowed, as RabbitMQ 3.10 counts it
+
+
+def test_an_expires_policy_deletes_an_unused_queue(
+    amqp: tuple[BlockingConnection, BlockingChannel, Api],
+) -> None:
+    connection, channel, api = amqp
+    channel.queue_declare("idle")
+    channel.queue_declare("busy")
+    assert put_policy(api, "expiry", "^idle$", {"expires": 100}) == 201
+
+    def idle_is_gone() -> bool:
+        return api.get("/api/queues/%2F/idle").status == 404
+
+    wait_for(connection, idle_is_gone, message="the idle queue was not deleted")
+    assert api.get("/api/queues/%2F/busy").status == 200  # the pattern did not match it
+
+
+def test_queued_messages_keep_the_ttl_they_were_given(
+    amqp: tuple[BlockingConnection, BlockingChannel, Api],
+) -> None:
+    """As on RabbitMQ: a TTL policy set later acts on messages published after it."""
+    connection, channel, api = amqp
+    channel.queue_declare("older")
+    channel.queue_declare("clock")
+    publish(channel, "older", b"before")
+    assert put_policy(api, "ttl", "^(older|clock)$", {"message-ttl": 50}) == 201
+    publish(channel, "older", b"after")
+    publish(channel, "clock", b"tick")  # once it has expired, so has "after"
+    wait_for(connection, lambda: count(channel, "clock") == 0, message="'tick' did not expire")
+    assert drain(channel, "older") == [b"before"]
