@@ -124,9 +124,11 @@ class IdleTimer:
         self.touch()
 
     def touch(self) -> None:
-        """The queue was used: restart the period."""
+        """The queue was used: restart the period (nothing to do without one)."""
+        if self._period_s is None:
+            return
         self._last_used = self._scheduler.time()
-        if self._timer is None and self._period_s is not None:
+        if self._timer is None:
             self._timer = self._scheduler.call_later(self._period_s, self._check)
 
     def _check(self) -> None:
