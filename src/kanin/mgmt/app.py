@@ -11,7 +11,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from kanin.mgmt import access, bindings, connections, definitions, overview, topology, web_ui
+from kanin.mgmt import (
+    access,
+    bindings,
+    connections,
+    definitions,
+    overview,
+    policies,
+    topology,
+    web_ui,
+)
 from kanin.mgmt.auth import authenticate
 from kanin.mgmt.context import CONTEXT, MgmtContext
 from kanin.mgmt.errors import ApiError, not_found
@@ -66,7 +75,8 @@ def build_app(context: MgmtContext) -> web.Application:
     app = web.Application(middlewares=[errors_as_json, basic_auth])
     app[CONTEXT] = context
     app.cleanup_ctx.append(sampling_rates)
-    for family in (overview, access, connections, topology, bindings, definitions, web_ui):
+    families = (overview, access, connections, topology, bindings, definitions, policies, web_ui)
+    for family in families:
         family.add_routes(app)
     app.router.add_post("/api/exchanges/{vhost}/{name}/publish", publish)
     app.router.add_post("/api/queues/{vhost}/{name}/get", get)

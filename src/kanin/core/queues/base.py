@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from kanin.core.consumer import Consumer
     from kanin.core.exchanges import Binding
     from kanin.core.message import Entry, Message
+    from kanin.core.policies import Policy
     from kanin.store.api import Recovered
 
 # What Queue.publish did with a message.
@@ -58,6 +59,8 @@ class Queue(ABC):
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
         self.args = args or QueueArgs()
+        # The policy that applies (core/policy_args.py); `args` already has its effect.
+        self.policy: Policy | None = None
         # Every consumer, in registration order (single active consumer takes the first).
         self.consumers: OrderedDict[Consumer, None] = OrderedDict()
         self.bindings: dict[tuple[Any, ...], Binding] = {}  # kept by the vhost
@@ -82,6 +85,17 @@ class Queue(ABC):
     @property
     def exclusive(self) -> bool:
         return self.exclusive_owner is not None
+
+    def apply_policy(self, policy: Policy | None, args: QueueArgs) -> None:
+        """Vhost, when the queue's policy changes: `args` are its arguments merged with the
+        policy's definition (core/policy_args.py), to act on from now on."""
+        self.policy = policy
+        self.apply_args(args)
+
+    def apply_args(self, args: QueueArgs) -> None:
+        """New limits, dead-lettering or timeouts: a type that built state from the old
+        ones (timers, a memory budget) changes it here too."""
+        self.args = args
 
     @property
     @abstractmethod
