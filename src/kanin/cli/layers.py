@@ -245,8 +245,10 @@ def _is_switch(action: argparse.Action) -> bool:
 
 
 def _takes_list(action: argparse.Action) -> bool:
-    return isinstance(action, argparse._AppendAction) or action.nargs in ("*", "+") or (
-        isinstance(action.nargs, int) and action.nargs > 1
+    return (
+        isinstance(action, argparse._AppendAction)
+        or action.nargs in ("*", "+")
+        or (isinstance(action.nargs, int) and action.nargs > 1)
     )
 
 

@@ -44,9 +44,7 @@ CONSUMERS = Columns(
 def register(commands: Commands) -> None:
     commands.listing("list_connections", list_connections, "AMQP connections")
     commands.listing("list_channels", list_channels, "channels of every connection")
-    commands.listing(
-        "list_consumers", list_consumers, "consumers in a virtual host", vhost=True
-    )
+    commands.listing("list_consumers", list_consumers, "consumers in a virtual host", vhost=True)
 
 
 def list_connections(api: Api, args: argparse.Namespace, out: Output) -> None:

@@ -27,9 +27,7 @@ RETRY_EVERY_S = 0.2
 def register(commands: Commands) -> None:
     commands.add("ping", ping, "check that the broker answers and the credentials work")
     commands.add("status", status, "the node: versions, listeners, alarms, totals, memory")
-    commands.add(
-        "await_startup", await_startup, "wait until the broker answers (up to --timeout)"
-    )
+    commands.add("await_startup", await_startup, "wait until the broker answers (up to --timeout)")
     commands.add("check_alarms", check_alarms, "fail (exit 69) while a resource alarm is on")
     export = commands.add("export_definitions", export_definitions, "save the definitions")
     export.add_argument("file", help="JSON file to write; - for stdout")
@@ -76,7 +74,7 @@ def status_text(overview: dict[str, Any], node: dict[str, Any]) -> str:
 
 
 def _counts(totals: dict[str, Any]) -> str:
-    """"messages 3, messages_ready 2": the numbers only (RabbitMQ adds *_details rates)."""
+    """ "messages 3, messages_ready 2": the numbers only (RabbitMQ adds *_details rates)."""
     return ", ".join(f"{key} {value}" for key, value in totals.items() if isinstance(value, int))
 
 

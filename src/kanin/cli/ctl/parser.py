@@ -89,9 +89,7 @@ class Commands:
             name, help=summary, description=summary, parents=[self._common]
         )
         if vhost:
-            parser.add_argument(
-                "-p", "--vhost", default="/", help="the virtual host (default /)"
-            )
+            parser.add_argument("-p", "--vhost", default="/", help="the virtual host (default /)")
         parser.set_defaults(run=run)
         return parser
 

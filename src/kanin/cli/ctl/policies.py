@@ -24,7 +24,7 @@ def register(commands: Commands) -> None:
     policy = commands.add("set_policy", set_policy, "set a policy", vhost=True)
     policy.add_argument("name")
     policy.add_argument("pattern", help="regular expression of the names it applies to")
-    policy.add_argument("definition", help='JSON object: \'{"max-length": 1000}\'')
+    policy.add_argument("definition", help="JSON object: '{\"max-length\": 1000}'")
     policy.add_argument("--priority", type=int, default=0, help="higher wins (default 0)")
     policy.add_argument("--apply-to", choices=APPLY_TO, default="all", help="(default all)")
     clear = commands.add("clear_policy", clear_policy, "remove a policy", vhost=True)

@@ -68,7 +68,7 @@ def register(commands: Commands) -> None:
     declare.add_argument("--auto-delete", action="store_true", help="gone after its last consumer")
     declare.add_argument("--type", choices=QUEUE_TYPES, help="x-queue-type (default classic)")
     declare.add_argument(
-        "--arguments", default="{}", help='JSON object of x-arguments: \'{"x-max-length": 10}\''
+        "--arguments", default="{}", help="JSON object of x-arguments: '{\"x-max-length\": 10}'"
     )
 
 
