@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="port of the Prometheus metrics (/metrics), on the --bind address(es) "
         "(default 15692; 0 turns them off)",
     )
+    _add_tls_options(server)
     server.add_argument("--heartbeat", type=int, default=60, help="heartbeat seconds proposed")
     server.add_argument(
         "--queue-memory-mb",
@@ -102,6 +103,64 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_tls_options(server: argparse.ArgumentParser) -> None:
+    """RabbitMQ's listeners.ssl and ssl_options (https://www.rabbitmq.com/ssl.html)."""
+    tls = server.add_argument_group(
+        "TLS",
+        "AMQP over TLS (amqps) listens beside the plain port when --tls-cert and "
+        "--tls-key are given",
+    )
+    tls.add_argument(
+        "--tls-port",
+        type=int,
+        default=5671,
+        help="amqps port, on the --bind address(es) "
+        "(default 5671, as RabbitMQ's listeners.ssl.default)",
+    )
+    tls.add_argument("--tls-cert", type=Path, help="the server's certificate (chain), PEM")
+    tls.add_argument("--tls-key", type=Path, help="the certificate's private key, PEM, unencrypted")
+    tls.add_argument(
+        "--tls-ca",
+        type=Path,
+        help="CA bundle (PEM) client certificates are verified against (ssl_options.cacertfile)",
+    )
+    tls.add_argument(
+        "--tls-verify",
+        choices=["none", "peer"],
+        default="none",
+        help="peer: ask clients for "
+        "a certificate and refuse one that does not verify (ssl_options.verify = verify_peer; "
+        "needs --tls-ca); none: ask for none (default)",
+    )
+    tls.add_argument(
+        "--tls-fail-if-no-peer-cert",
+        action="store_true",
+        help="with --tls-verify peer, refuse "
+        "clients that send no certificate (ssl_options.fail_if_no_peer_cert)",
+    )
+    tls.add_argument(
+        "--tls-cert-login-from",
+        choices=["distinguished_name", "common_name"],
+        default="distinguished_name",
+        help="the user name the EXTERNAL mechanism takes from a "
+        "verified client certificate: its subject's distinguished name, as RabbitMQ by default "
+        "(openssl x509 -noout -subject -nameopt RFC2253 shows it), or its common name (CN) "
+        "(ssl_cert_login_from)",
+    )
+    tls.add_argument(
+        "--mgmt-tls",
+        action="store_true",
+        help="serve the management API over HTTPS on "
+        "--mgmt-port, with --tls-cert and --tls-key (RabbitMQ's management.ssl listener)",
+    )
+    tls.add_argument(
+        "--prometheus-tls",
+        action="store_true",
+        help="serve the Prometheus metrics over "
+        "HTTPS on --prometheus-port, with --tls-cert and --tls-key",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["perf"]:  # kanin.perf parses its own options
@@ -151,6 +210,7 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
         _check_bind(args.bind)
     if args.stats_file is not None:
         _check_stats_file(args.stats_file)
+    _check_tls_options(args)
     return BrokerConfig(
         port=args.port,
         bind=args.bind,
@@ -164,7 +224,39 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
         force_recovery=args.force_recovery,
         memory_high_watermark_bytes=_watermark_bytes(args.memory_high_watermark_mb),
         consumer_timeout_ms=args.consumer_timeout_ms or None,
+        tls_port=args.tls_port,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=args.tls_ca,
+        tls_verify=args.tls_verify,
+        tls_fail_if_no_peer_cert=args.tls_fail_if_no_peer_cert,
+        tls_cert_login_from=args.tls_cert_login_from,
+        mgmt_tls=args.mgmt_tls,
+        prometheus_tls=args.prometheus_tls,
     )
+
+
+def _check_tls_options(args: argparse.Namespace) -> None:
+    """Options that need others, named as given (the files themselves are read at start)."""
+    if not 0 <= args.tls_port <= 65535:
+        raise StartupError(f"--tls-port must be 0..65535, got {args.tls_port}")
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise StartupError("--tls-cert and --tls-key go together: give both or neither")
+    needs = [
+        (args.tls_verify == "peer" and args.tls_ca is None, "--tls-verify peer needs --tls-ca"),
+        (
+            args.tls_fail_if_no_peer_cert and args.tls_verify != "peer",
+            "--tls-fail-if-no-peer-cert needs --tls-verify peer",
+        ),
+        (args.mgmt_tls and args.tls_cert is None, "--mgmt-tls needs --tls-cert and --tls-key"),
+        (
+            args.prometheus_tls and args.tls_cert is None,
+            "--prometheus-tls needs --tls-cert and --tls-key",
+        ),
+    ]
+    for missing, problem in needs:
+        if missing:
+            raise StartupError(problem)
 
 
 def _check_bind(address: str) -> None:
