@@ -2,8 +2,9 @@
 the server's SSL contexts from the configuration, and what a connection over TLS tells
 its session (kanin.core.session.peer_cert).
 
-TLS 1.2 and 1.3 only. For TLS 1.2 the ciphers are the AEAD ones with forward secrecy;
-TLS 1.3's are OpenSSL's, all of which are both.
+TLS 1.2 and 1.3 only. TLS 1.2 ciphers: ECDHE key exchange (forward secrecy) with AES-GCM
+or ChaCha20-Poly1305 (authenticated encryption); TLS 1.3's are OpenSSL's, all of which are
+both.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from kanin.config import BrokerConfig
 from kanin.core.session.peer_cert import TlsPeer
 from kanin.errors import StartupError
 
-TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:DHE+AESGCM:DHE+CHACHA20"
+TLS12_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 
 @dataclass(frozen=True)
