@@ -12,7 +12,12 @@ import sys
 from pathlib import Path
 
 from kanin import __version__
-from kanin.config import BrokerConfig, default_memory_high_watermark
+from kanin.config import (
+    CERT_LOGIN_FROM,
+    TLS_VERIFY_MODES,
+    BrokerConfig,
+    default_memory_high_watermark,
+)
 from kanin.errors import StartupError
 from kanin.server.app import BrokerServer
 
@@ -113,51 +118,55 @@ def _add_tls_options(server: argparse.ArgumentParser) -> None:
     tls.add_argument(
         "--tls-port",
         type=int,
+        metavar="PORT",
         default=5671,
-        help="amqps port, on the --bind address(es) "
-        "(default 5671, as RabbitMQ's listeners.ssl.default)",
+        help="amqps port, on the --bind address(es) (default 5671, as RabbitMQ's "
+        "listeners.ssl.default)",
     )
-    tls.add_argument("--tls-cert", type=Path, help="the server's certificate (chain), PEM")
-    tls.add_argument("--tls-key", type=Path, help="the certificate's private key, PEM, unencrypted")
+    tls.add_argument(
+        "--tls-cert", type=Path, metavar="FILE", help="the server's certificate (chain), PEM"
+    )
+    tls.add_argument(
+        "--tls-key", type=Path, metavar="FILE", help="its private key, PEM, unencrypted"
+    )
     tls.add_argument(
         "--tls-ca",
         type=Path,
+        metavar="FILE",
         help="CA bundle (PEM) client certificates are verified against (ssl_options.cacertfile)",
     )
     tls.add_argument(
         "--tls-verify",
-        choices=["none", "peer"],
+        choices=TLS_VERIFY_MODES,
         default="none",
-        help="peer: ask clients for "
-        "a certificate and refuse one that does not verify (ssl_options.verify = verify_peer; "
-        "needs --tls-ca); none: ask for none (default)",
+        help="peer: ask clients for a certificate and refuse one that does not verify "
+        "(ssl_options.verify = verify_peer; needs --tls-ca); none: ask for none (default)",
     )
     tls.add_argument(
         "--tls-fail-if-no-peer-cert",
         action="store_true",
-        help="with --tls-verify peer, refuse "
-        "clients that send no certificate (ssl_options.fail_if_no_peer_cert)",
+        help="with --tls-verify peer, refuse clients that send no certificate "
+        "(ssl_options.fail_if_no_peer_cert)",
     )
     tls.add_argument(
         "--tls-cert-login-from",
-        choices=["distinguished_name", "common_name"],
+        choices=CERT_LOGIN_FROM,
         default="distinguished_name",
-        help="the user name the EXTERNAL mechanism takes from a "
-        "verified client certificate: its subject's distinguished name, as RabbitMQ by default "
-        "(openssl x509 -noout -subject -nameopt RFC2253 shows it), or its common name (CN) "
-        "(ssl_cert_login_from)",
+        help="the user name the EXTERNAL mechanism takes from a verified client certificate: "
+        "its subject's distinguished name, as RabbitMQ does by default (openssl x509 -noout "
+        "-subject -nameopt RFC2253 shows it), or its common name (CN) (ssl_cert_login_from)",
     )
     tls.add_argument(
         "--mgmt-tls",
         action="store_true",
-        help="serve the management API over HTTPS on "
-        "--mgmt-port, with --tls-cert and --tls-key (RabbitMQ's management.ssl listener)",
+        help="serve the management API over HTTPS on --mgmt-port, with --tls-cert and "
+        "--tls-key (RabbitMQ's management.ssl listener)",
     )
     tls.add_argument(
         "--prometheus-tls",
         action="store_true",
-        help="serve the Prometheus metrics over "
-        "HTTPS on --prometheus-port, with --tls-cert and --tls-key",
+        help="serve the Prometheus metrics over HTTPS on --prometheus-port, with --tls-cert "
+        "and --tls-key",
     )
 
 
