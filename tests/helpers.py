@@ -380,7 +380,18 @@ def start_kanin(
     never blocks on a full pipe; every line goes to `log` if one is given. The caller ends
     the process (by its PID) when done.
     """
-    process = subprocess.Popen(server_command(data_dir, *extra), stderr=subprocess.PIPE, text=True)
+    return start_server_process(server_command(data_dir, *extra), log=log)
+
+
+def start_server_process(
+    command: list[str],
+    log: list[str] | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> tuple[subprocess.Popen[str], int]:
+    """start_kanin's work for any command line (settings from a config file or the
+    environment): the process and the AMQP port it reports listening on 127.0.0.1."""
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd)
     assert process.stderr is not None
     lines = log if log is not None else []
     deadline = time.monotonic() + 20

@@ -390,7 +390,10 @@ def test_a_persistent_message_is_not_stored_and_a_crash_loses_it_unconfirmed(
         channel.queue_declare("e2e", durable=True, arguments=E2E)
         channel.queue_declare("plain", durable=True)
         persistent = pika.BasicProperties(delivery_mode=2)
-        channel.basic_publish("", "plain", b"kept", persistent)  # for contrast
+        # For contrast, a confirmed one: on disk before the kill however slow the machine.
+        confirming = connection.channel()
+        confirming.confirm_delivery()
+        confirming.basic_publish("", "plain", b"kept", persistent)
         channel.basic_publish("", "e2e", b"held by its publisher", persistent)
         assert channel.queue_declare("e2e", passive=True).method.message_count == 1
         time.sleep(0.2)  # any write the broker was going to make, made

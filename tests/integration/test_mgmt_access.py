@@ -51,14 +51,14 @@ def test_overview_counts_what_the_broker_holds(mgmt: tuple[Any, Api]) -> None:
             "exchanges": 6,
             "queues": 1,
         }
-        assert overview["queue_totals"] == {
+        assert {
             "messages": 2,
             "messages_ready": 1,
             "messages_unacknowledged": 1,
-        }
+        }.items() <= overview["queue_totals"].items()
     assert overview["rabbitmq_version"] == "3.10.8"
     assert overview["kanin_version"]
-    assert overview["rates_mode"] == "none"
+    assert overview["rates_mode"] == "basic"
     assert {"protocol": "amqp", "port": embedded.port}.items() <= overview["listeners"][0].items()
     node = api.get("/api/nodes").json[0]
     assert node["name"] == overview["node"] and node["running"] is True

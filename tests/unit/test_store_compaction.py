@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 from kanin.store.file_store import FileStore
+from kanin.store.segments import SegmentLog
 
 QUEUE = "/\x00q"
 
@@ -57,5 +59,62 @@ def test_fully_removed_segments_are_deleted(tmp_path: Path) -> None:
         await settle(store)
         assert len(list(tmp_path.glob("*.log"))) <= 2
         await store.close()
+
+    asyncio.run(scenario())
+
+
+class HeldLog(SegmentLog):
+    """Writes wait while `hold` is clear: a round stays running, so what is appended
+    meanwhile (a compaction's copies) waits in the committer for the next round."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.hold = threading.Event()
+        self.hold.set()
+
+    def write(self, chunks: list[tuple[int, bytes]], *, sync: bool = True) -> list[int]:
+        self.hold.wait(timeout=10)
+        return super().write(chunks, sync=sync)
+
+
+def test_a_message_removed_while_its_compaction_copy_waits_stays_removed(
+    tmp_path: Path,
+) -> None:
+    """Its copy is not written yet, but its original is still on disk (in a segment that
+    cannot be deleted while an older one lives): it needs its REMOVE record, unlike a
+    message removed before its first ENQUEUE was written, which is withdrawn."""
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        log = HeldLog(tmp_path)
+        store = FileStore(tmp_path, loop, segment_bytes=4096, segments=log)
+        store.recover()
+        ids = [store.enqueue(QUEUE, "", "q", b"h", b"x" * 200) for _ in range(60)]
+        await settle(store)
+        segment_of = {message_id: store._where[message_id] >> 32 for message_id in ids}
+        oldest = min(segment_of.values())
+        second = [m for m in ids if segment_of[m] == oldest + 1]
+        assert len(second) > 8
+        log.hold.clear()
+        store.enqueue(QUEUE, "", "q", b"h", b"keeps a round running")
+        await asyncio.sleep(0.05)
+        moved, gone = second[0], second[1]
+        for message_id in second[2:]:
+            store.remove(QUEUE, message_id)  # the second oldest segment is compacted
+        for _ in range(200):  # until its live messages are copied (the copies wait)
+            if store._where[moved] & 0xFFFFFFFF == 0 and store._where[gone] & 0xFFFFFFFF == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert store._where[gone] & 0xFFFFFFFF == 0, "the compaction did not copy it"
+        store.remove(QUEUE, gone)
+        log.hold.set()
+        await settle(store)
+        await store.close()
+
+        reopened = FileStore(tmp_path, loop, segment_bytes=4096)
+        recovered = {m.id for m in reopened.recover()[QUEUE]}
+        assert gone not in recovered
+        assert moved in recovered
+        await reopened.close()
 
     asyncio.run(scenario())

@@ -176,6 +176,7 @@ async def test_tombstones_survive_the_deletion_of_the_segment_holding_them(
     ENQUEUE's segment still exists, or the removed message comes back."""
     a = files.enqueue(Q1, body(1, 1500))  # segment 1: a, b
     b = files.enqueue(Q1, body(2, 1500))
+    assert await files.commit() is True  # a on disk: its removal is a REMOVE record
     c = files.enqueue(Q1, body(3, 3000))  # segment 2: c, then REMOVE a
     files.store.remove(Q1, a.id)
     d = files.enqueue(Q1, body(4, 3000))  # segment 3: d

@@ -6,27 +6,46 @@ import argparse
 import asyncio
 import logging
 import math
+import os
 import signal
 import socket
 import sys
 from pathlib import Path
 
 from kanin import __version__
-from kanin.config import (
-    CERT_LOGIN_FROM,
-    TLS_VERIFY_MODES,
-    BrokerConfig,
-    default_memory_high_watermark,
-)
+from kanin.cli.layers import Layered, SettingError, layer
+from kanin.cli.tls_options import add_tls_options, tls_problem, tls_settings
+from kanin.config import BrokerConfig, UserSpec, default_memory_high_watermark
 from kanin.errors import StartupError
-from kanin.server.app import BrokerServer
+
+
+class OptionError(StartupError):
+    """A value `kanin server` cannot use, with the option's dest, so the message can say
+    where the value came from (command line, environment, config file)."""
+
+    def __init__(self, dest: str, message: str) -> None:
+        super().__init__(message)
+        self.dest = dest
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kanin", description="An AMQP 0-9-1 message broker.")
     parser.add_argument("--version", action="version", version=f"kanin {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
-    server = commands.add_parser("server", help="run the broker")
+    server = commands.add_parser(
+        "server",
+        help="run the broker",
+        description="Run the broker. Every option can also be set in the environment "
+        "(--mgmt-port: KANIN_MGMT_PORT) or in a TOML config file (mgmt_port = 15672); the "
+        "command line wins over the environment, which wins over the file.",
+    )
+    server.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="TOML file of settings, keys named as the options with underscores "
+        "(default: $KANIN_CONFIG, else ./kanin.toml if it exists)",
+    )
     server.add_argument("--port", type=int, default=5672, help="AMQP port (default 5672)")
     server.add_argument(
         "--bind",
@@ -53,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="port of the Prometheus metrics (/metrics), on the --bind address(es) "
         "(default 15692; 0 turns them off)",
     )
-    _add_tls_options(server)
+    add_tls_options(server)
     server.add_argument("--heartbeat", type=int, default=60, help="heartbeat seconds proposed")
     server.add_argument(
         "--queue-memory-mb",
@@ -103,71 +122,22 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
-    server.set_defaults(usage_error=server.error)
+    server.add_argument(
+        "--default-user",
+        default=None,
+        help="on first start (a new data directory), create this administrator with full "
+        "permissions on the default vhost instead of guest (as RABBITMQ_DEFAULT_USER)",
+    )
+    server.add_argument(
+        "--default-pass",
+        default=None,
+        help="its password (default guest); better given as KANIN_DEFAULT_PASS or in the "
+        "config file: other users of the machine can read a command line",
+    )
+    server.set_defaults(usage_error=server.error, options_parser=server)
+    commands.add_parser("ctl", help="manage a running broker over its HTTP API", add_help=False)
     commands.add_parser("perf", help="load generator for AMQP brokers", add_help=False)
     return parser
-
-
-def _add_tls_options(server: argparse.ArgumentParser) -> None:
-    """RabbitMQ's listeners.ssl and ssl_options (https://www.rabbitmq.com/ssl.html)."""
-    tls = server.add_argument_group(
-        "TLS",
-        "AMQP over TLS (amqps) listens beside the plain port when --tls-cert and "
-        "--tls-key are given",
-    )
-    tls.add_argument(
-        "--tls-port",
-        type=int,
-        metavar="PORT",
-        default=5671,
-        help="amqps port, on the --bind address(es) (default 5671, as RabbitMQ's "
-        "listeners.ssl.default)",
-    )
-    tls.add_argument(
-        "--tls-cert", type=Path, metavar="FILE", help="the server's certificate (chain), PEM"
-    )
-    tls.add_argument(
-        "--tls-key", type=Path, metavar="FILE", help="its private key, PEM, unencrypted"
-    )
-    tls.add_argument(
-        "--tls-ca",
-        type=Path,
-        metavar="FILE",
-        help="CA bundle (PEM) client certificates are verified against (ssl_options.cacertfile)",
-    )
-    tls.add_argument(
-        "--tls-verify",
-        choices=TLS_VERIFY_MODES,
-        default="none",
-        help="peer: ask clients for a certificate and refuse one that does not verify "
-        "(ssl_options.verify = verify_peer; needs --tls-ca); none: ask for none (default)",
-    )
-    tls.add_argument(
-        "--tls-fail-if-no-peer-cert",
-        action="store_true",
-        help="with --tls-verify peer, refuse clients that send no certificate "
-        "(ssl_options.fail_if_no_peer_cert)",
-    )
-    tls.add_argument(
-        "--tls-cert-login-from",
-        choices=CERT_LOGIN_FROM,
-        default="distinguished_name",
-        help="the user name the EXTERNAL mechanism takes from a verified client certificate: "
-        "its subject's distinguished name, as RabbitMQ does by default (openssl x509 -noout "
-        "-subject -nameopt RFC2253 shows it), or its common name (CN) (ssl_cert_login_from)",
-    )
-    tls.add_argument(
-        "--mgmt-tls",
-        action="store_true",
-        help="serve the management API over HTTPS on --mgmt-port, with --tls-cert and "
-        "--tls-key (RabbitMQ's management.ssl listener)",
-    )
-    tls.add_argument(
-        "--prometheus-tls",
-        action="store_true",
-        help="serve the Prometheus metrics over HTTPS on --prometheus-port, with --tls-cert "
-        "and --tls-key",
-    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,15 +146,26 @@ def main(argv: list[str] | None = None) -> int:
         from kanin.perf import main as perf_main
 
         return perf_main(argv[1:])
+    if argv[:1] == ["ctl"]:  # so does kanin ctl
+        from kanin.cli.ctl import main as ctl_main
+
+        return ctl_main(argv[1:])
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if args.command != "server":
         parser.error(f"unknown command {args.command!r}")
     if unknown:  # the server's own usage, not the top-level one: that is what was mistyped
         args.usage_error(f"unrecognized arguments: {' '.join(unknown)}")
+    layered: Layered | None = None
     try:
+        layered = layer(parser, args.options_parser, argv, args, os.environ)
+        args = layered.values
         config = server_config(args)
-    except (StartupError, ValueError) as exc:
+    except OptionError as exc:
+        origin = layered.origin_note(exc.dest) if layered is not None else ""
+        print(f"kanin: {exc}{origin}", file=sys.stderr)
+        return 2
+    except (SettingError, StartupError, ValueError) as exc:
         print(f"kanin: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(
@@ -192,34 +173,37 @@ def main(argv: list[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if layered is not None and layered.config_file is not None:
+        logging.getLogger("kanin").info("settings from %s", layered.config_file.resolve())
     return run_server(config)
 
 
 def server_config(args: argparse.Namespace) -> BrokerConfig:
-    """The broker's configuration from `kanin server` options; StartupError naming the
+    """The broker's configuration from `kanin server` options; OptionError naming the
     option for a value the broker cannot use (checked before anything is touched)."""
-    if not 0 <= args.port <= 65535:
-        raise StartupError(f"--port must be 0..65535, got {args.port}")
-    if not 0 <= args.mgmt_port <= 65535:
-        raise StartupError(f"--mgmt-port must be 0..65535, got {args.mgmt_port}")
-    if not 0 <= args.prometheus_port <= 65535:
-        raise StartupError(f"--prometheus-port must be 0..65535, got {args.prometheus_port}")
-    if not 0 <= args.heartbeat <= 65535:  # a short in connection.tune
-        raise StartupError(f"--heartbeat must be 0..65535 seconds, got {args.heartbeat}")
-    if not (math.isfinite(args.queue_memory_mb) and args.queue_memory_mb >= 0):
-        raise StartupError(f"--queue-memory-mb must be a number >= 0, got {args.queue_memory_mb}")
-    if not (math.isfinite(args.segment_mb) and 0 < args.segment_mb <= 2048):
-        raise StartupError(f"--segment-mb must be a number in (0, 2048], got {args.segment_mb}")
+    for dest in ("port", "mgmt_port", "prometheus_port", "tls_port"):
+        port = getattr(args, dest)
+        _check(dest, 0 <= port <= 65535, "must be 0..65535", port)
+    # A short in connection.tune.
+    _check("heartbeat", 0 <= args.heartbeat <= 65535, "must be 0..65535 seconds", args.heartbeat)
+    queue_mb = args.queue_memory_mb
+    good_queue_mb = math.isfinite(queue_mb) and queue_mb >= 0
+    _check("queue_memory_mb", good_queue_mb, "must be a number >= 0", queue_mb)
+    segment_mb = args.segment_mb
+    good_segment = math.isfinite(segment_mb) and 0 < segment_mb <= 2048
+    _check("segment_mb", good_segment, "must be a number in (0, 2048]", segment_mb)
     watermark = args.memory_high_watermark_mb
-    if watermark is not None and not (math.isfinite(watermark) and watermark > 0):
-        raise StartupError(f"--memory-high-watermark-mb must be a number > 0, got {watermark}")
-    if args.consumer_timeout_ms < 0:
-        raise StartupError(f"--consumer-timeout-ms must be >= 0, got {args.consumer_timeout_ms}")
+    if watermark is not None:
+        good_watermark = math.isfinite(watermark) and watermark > 0
+        _check("memory_high_watermark_mb", good_watermark, "must be a number > 0", watermark)
+    timeout = args.consumer_timeout_ms
+    _check("consumer_timeout_ms", timeout >= 0, "must be >= 0", timeout)
     if args.bind is not None:
         _check_bind(args.bind)
     if args.stats_file is not None:
         _check_stats_file(args.stats_file)
-    _check_tls_options(args)
+    if (problem := tls_problem(args)) is not None:
+        raise OptionError(*problem)
     return BrokerConfig(
         port=args.port,
         bind=args.bind,
@@ -233,47 +217,40 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
         force_recovery=args.force_recovery,
         memory_high_watermark_bytes=_watermark_bytes(args.memory_high_watermark_mb),
         consumer_timeout_ms=args.consumer_timeout_ms or None,
-        tls_port=args.tls_port,
-        tls_cert=args.tls_cert,
-        tls_key=args.tls_key,
-        tls_ca=args.tls_ca,
-        tls_verify=args.tls_verify,
-        tls_fail_if_no_peer_cert=args.tls_fail_if_no_peer_cert,
-        tls_cert_login_from=args.tls_cert_login_from,
-        mgmt_tls=args.mgmt_tls,
-        prometheus_tls=args.prometheus_tls,
+        default_users=_first_user(args.default_user, args.default_pass),
+        **tls_settings(args),
     )
 
 
-def _check_tls_options(args: argparse.Namespace) -> None:
-    """Options that need others, named as given (the files themselves are read at start)."""
-    if not 0 <= args.tls_port <= 65535:
-        raise StartupError(f"--tls-port must be 0..65535, got {args.tls_port}")
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise StartupError("--tls-cert and --tls-key go together: give both or neither")
-    needs = [
-        (args.tls_verify == "peer" and args.tls_ca is None, "--tls-verify peer needs --tls-ca"),
-        (
-            args.tls_fail_if_no_peer_cert and args.tls_verify != "peer",
-            "--tls-fail-if-no-peer-cert needs --tls-verify peer",
-        ),
-        (args.mgmt_tls and args.tls_cert is None, "--mgmt-tls needs --tls-cert and --tls-key"),
-        (
-            args.prometheus_tls and args.tls_cert is None,
-            "--prometheus-tls needs --tls-cert and --tls-key",
-        ),
-    ]
-    for missing, problem in needs:
-        if missing:
-            raise StartupError(problem)
+def _check(dest: str, good: bool, requirement: str, value: object) -> None:
+    if not good:
+        raise OptionError(dest, f"--{dest.replace('_', '-')} {requirement}, got {value}")
+
+
+def _first_user(name: str | None, password: str | None) -> tuple[UserSpec, ...]:
+    """The administrator a new data directory starts with: guest/guest unless named, as
+    RabbitMQ's default_user and default_pass. A name without a password is refused rather
+    than given guest's well-known one."""
+    if name is None and password is None:
+        return BrokerConfig().default_users
+    if name is not None and password is None:
+        raise OptionError(
+            "default_user",
+            "--default-user needs a password too: --default-pass, KANIN_DEFAULT_PASS or "
+            "default_pass in the config file",
+        )
+    _check("default_user", name != "", "must not be empty", "''")
+    _check("default_pass", password != "", "must not be empty", "''")
+    assert password is not None
+    return (UserSpec(name or "guest", password),)
 
 
 def _check_bind(address: str) -> None:
     try:
         socket.getaddrinfo(address, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
-        raise StartupError(
-            f"--bind {address}: not an address, and no host of that name ({exc.strerror})"
+        raise OptionError(
+            "bind", f"--bind {address}: not an address, and no host of that name ({exc.strerror})"
         ) from None
 
 
@@ -281,15 +258,15 @@ def _check_stats_file(path: Path) -> None:
     """The stats file is written as FILE.tmp, then renamed over FILE: try the first half now,
     rather than fail a second after start-up on a path that could never work."""
     if path.is_dir():
-        raise StartupError(f"--stats-file {path}: is a directory")
+        raise OptionError("stats_file", f"--stats-file {path}: is a directory")
     temporary = path.with_suffix(".tmp")
     existed = temporary.exists()
     try:
         with open(temporary, "a"):
             pass
     except OSError as exc:
-        raise StartupError(
-            f"--stats-file {path}: cannot write {temporary}: {exc.strerror}"
+        raise OptionError(
+            "stats_file", f"--stats-file {path}: cannot write {temporary}: {exc.strerror}"
         ) from None
     if not existed:
         temporary.unlink(missing_ok=True)
@@ -323,6 +300,8 @@ def run_server(config: BrokerConfig) -> int:
 
 
 async def _serve(config: BrokerConfig) -> None:
+    from kanin.server.app import BrokerServer  # here: `kanin ctl` need not load the broker
+
     # Handlers first: a SIGTERM during recovery or listening must still stop cleanly.
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -44,6 +44,7 @@ class GetAnswer:
             if entry is not None:
                 self._queue.requeue([entry], UNSENT)  # never delivered: not a return
         elif entry is None:
+            self._channel.counters.got_empty += 1
             self._channel.send_method(build(commands.Basic.GetEmpty))
         else:
             self._send(entry)
@@ -53,6 +54,7 @@ class GetAnswer:
     def _send(self, entry: Entry) -> None:
         channel, queue = self._channel, self._queue
         tag = channel.unacked.next_tag()
+        _count_get(channel, queue, entry, self._no_ack)
         if self._no_ack:
             queue.forget(entry)
         else:
@@ -78,3 +80,17 @@ class GetAnswer:
             delivery_count_header(message, entry.returns) if queue.args.returns.counts else None
         )
         channel.send_content(method, message, header)
+
+
+def _count_get(channel: Channel, queue: Queue, entry: Entry, no_ack: bool) -> None:
+    """The running totals behind the management API's get and redeliver rates."""
+    counters = channel.counters
+    if no_ack:
+        counters.got_auto_ack += 1
+        queue.msg_got_no_ack += 1
+    else:
+        counters.got_manual_ack += 1
+        queue.msg_got += 1
+    if entry.redelivered:
+        counters.redelivered += 1
+        queue.msg_redelivered += 1

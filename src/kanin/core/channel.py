@@ -220,11 +220,16 @@ class Channel:
             consumer.unacked += 1
             self.global_unacked += 1
             self.counters.delivered_manual_ack += 1
+            consumer.queue.msg_delivered += 1
             if entry.stored_id:
                 consumer.queue.note_delivered(entry)
         else:
             self.counters.delivered_auto_ack += 1
+            consumer.queue.msg_delivered_no_ack += 1
             consumer.queue.forget(entry)
+        if entry.redelivered:
+            self.counters.redelivered += 1
+            consumer.queue.msg_redelivered += 1
         message = entry.message
         assert message is not None, "a queue hands out messages read back"
         parts = [
@@ -265,6 +270,7 @@ class Channel:
         consumer.unacked += len(messages)
         self.global_unacked += len(messages)
         self.counters.delivered_manual_ack += len(messages)
+        queue.msg_delivered += len(messages)
         if self.deadlines.idle:
             self.deadlines.wake()
         self.port.send(b"".join(parts))  # one piece: the flush's join passes it through
@@ -296,6 +302,7 @@ class Channel:
         if requeue is None:
             self.counters.acked += len(records)
             for record in records:
+                record.queue.msg_acked += 1
                 record.queue.forget(record.entry)
         else:
             for record in records:  # nack/reject without requeue: dead-lettered if there is a DLX

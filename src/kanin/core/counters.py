@@ -1,6 +1,8 @@
-"""Broker-wide running totals, for the Prometheus metrics: plain integers that the code
-already on the path bumps (one attribute increment; no allocation per message). They
-count since the broker started, so they only grow, as Prometheus counters must."""
+"""Broker-wide running totals, for the Prometheus metrics and the management API's message
+rates: plain integers that the code already on the path bumps (one attribute increment;
+no allocation per message). They count since the broker started, so they only grow, as
+Prometheus counters must. Queues and exchanges keep a few of their own (`msg_*`
+attributes, see Queue and Exchange), bumped beside these."""
 
 from __future__ import annotations
 
@@ -15,7 +17,13 @@ class BrokerCounters:
         "connections_opened",
         "delivered_auto_ack",
         "delivered_manual_ack",
+        "dropped_unroutable",
+        "got_auto_ack",
+        "got_empty",
+        "got_manual_ack",
         "published",
+        "redelivered",
+        "returned_unroutable",
     )
 
     def __init__(self) -> None:
@@ -24,6 +32,12 @@ class BrokerCounters:
         self.delivered_auto_ack = 0  # basic.deliver to consumers that do not ack
         self.delivered_manual_ack = 0  # basic.deliver to consumers that ack
         self.acked = 0  # deliveries acknowledged by clients
+        self.redelivered = 0  # deliveries and get-oks flagged redelivered
+        self.got_manual_ack = 0  # basic.get-ok, the message awaiting an ack
+        self.got_auto_ack = 0  # basic.get-ok with no-ack
+        self.got_empty = 0  # basic.get-empty
+        self.returned_unroutable = 0  # mandatory and routed nowhere: basic.return
+        self.dropped_unroutable = 0  # not mandatory and routed nowhere: dropped
         self.connections_opened = 0
         self.connections_closed = 0
 

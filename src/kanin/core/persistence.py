@@ -2,8 +2,8 @@
 
 - Durable definitions change -> the DefinitionsSaver (core/definitions_saver.py) saves
   them in the next message-store commit round (store/definitions.py).
-- Start-up: `restore()` rebuilds vhosts, users, durable exchanges, durable queues and
-  their bindings, then puts each durable queue's recovered messages back in order,
+- Start-up: `restore()` rebuilds vhosts, users, policies, durable exchanges, durable
+  queues and their bindings, then puts each durable queue's recovered messages back in order,
   paged out: what the store recovered is what the queue needs to order, expire,
   prioritise and count them, and bodies are read back only as they are delivered.
 - Recovery never deletes messages: those of a queue the definitions do not name are
@@ -27,6 +27,8 @@ from kanin.amqp.errors import AMQPError
 from kanin.core.auth import Permission, User
 from kanin.core.definitions_saver import DefinitionsSaver
 from kanin.core.exchanges import DefaultExchange, Exchange
+from kanin.core.policies import PolicyError, read_policy
+from kanin.core.policy_args import reapply
 from kanin.core.queue_args import QUEUE_TYPE
 from kanin.core.queues import Queue
 from kanin.errors import StartupError
@@ -113,6 +115,11 @@ class Persistence:
             "vhosts": sorted(broker.vhosts),
             "users": users,
             "permissions": permissions,
+            "policies": [
+                policy.shape()
+                for vhost in broker.vhosts.values()
+                for policy in vhost.policies.by_name.values()
+            ],
             "exchanges": exchanges,
             "queues": queues,
             "bindings": bindings,
@@ -129,7 +136,7 @@ class Persistence:
         if document is not None:
             try:
                 self._restore_definitions(document)
-            except (AMQPError, LookupError, TypeError, ValueError) as exc:
+            except (AMQPError, PolicyError, LookupError, TypeError, ValueError) as exc:
                 raise StartupError(
                     f"definitions file {self.path} is damaged: cannot restore {exc!r}"
                 ) from None
@@ -183,6 +190,7 @@ class Persistence:
                     user.permissions[grant["vhost"]] = Permission(
                         grant["configure"], grant["write"], grant["read"]
                     )
+        self._restore_policies(document.get("policies", []))
         for spec in document.get("exchanges", []):
             broker.vhosts[spec["vhost"]].declare_exchange(
                 spec["name"],
@@ -212,6 +220,15 @@ class Persistence:
             )
             if destination is not None and spec["source"] in vhost.exchanges:
                 vhost.bind(spec["source"], destination, spec["routing_key"], spec["arguments"])
+
+    def _restore_policies(self, specs: list[dict[str, Any]]) -> None:
+        """Before the exchanges and queues, so each is made under its policy."""
+        for spec in specs:
+            vhost = self.broker.vhosts[spec["vhost"]]
+            vhost.policies.by_name[spec["name"]] = read_policy(vhost.name, spec["name"], spec)
+        for vhost in self.broker.vhosts.values():
+            if vhost.policies.by_name:
+                reapply(vhost)  # the predeclared exchanges
 
     def _restore_messages(
         self, recovered: dict[str, list[Recovered]], all_redelivered: bool

@@ -98,9 +98,12 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
                 message.shed_properties()
                 _settle_confirm(channel, seq, refused=False, stored=stored)
                 return
-        queues = (
-            vhost.route_keys(exchange, message.routing_keys, message.headers) if exchange else []
-        )
+        if exchange is not None:
+            queues = vhost.route_keys(exchange, message.routing_keys, message.headers)
+            exchange.msg_published_in += 1
+            exchange.msg_published_out += len(queues)
+        else:
+            queues = []
         ticket = (
             _hold_for_queues(channel.confirms, seq, queues)
             if vhost.ticket_queues and channel.confirms is not None
@@ -114,9 +117,12 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
             return
         routed = bool(queues)
     message.shed_properties()  # queues forward the header bytes; see Message
-    if not routed and mandatory:
-        _return_unroutable(channel, message, seq)
-        return
+    if not routed:
+        if mandatory:
+            channel.counters.returned_unroutable += 1
+            _return_unroutable(channel, message, seq)
+            return
+        channel.counters.dropped_unroutable += 1
     _settle_confirm(channel, seq, refused, stored)
 
 
@@ -133,6 +139,8 @@ def route_without_channel(vhost: VirtualHost, message: Message) -> tuple[bool, b
             message.shed_properties()
             return True, bool(verdict & EXCHANGE_STORED)
     queues = vhost.route_keys(exchange, message.routing_keys, message.headers)
+    exchange.msg_published_in += 1
+    exchange.msg_published_out += len(queues)
     _, stored = _enqueue(queues, message, None)
     message.shed_properties()
     return bool(queues), stored
@@ -146,6 +154,7 @@ def _enqueue(
     dead-lettered by the queue that refused."""
     refused = stored = False
     for queue in queues:
+        queue.msg_published += 1
         if ticket is not None and queue.settles_confirms:
             result = queue.publish_with_ticket(message, ticket)
         else:

@@ -31,6 +31,7 @@ from kanin.core.memory import MemoryMonitor
 from kanin.core.message import Entry
 from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES
 from kanin.core.permissions import Authorize
+from kanin.core.policy_args import VhostPolicies, queue_args_under
 from kanin.core.queue_args import QUEUE_TYPE, parse_queue_args, same_queue_type
 from kanin.core.queues import Queue
 from kanin.core.scheduling import Scheduler
@@ -66,6 +67,7 @@ class VirtualHost:
         # Called when a durable definition changes, so it can be saved.
         self.on_definitions_changed: Callable[[], None] | None = None
         self.queues: dict[str, Queue] = {}
+        self.policies = VhostPolicies()  # set and cleared through core/policy_args.py
         # Queues that settle confirms themselves: while there are none, publishing skips their path.
         self.ticket_queues = 0
         self.default_exchange = DefaultExchange(self.queues.get)
@@ -153,6 +155,7 @@ class VirtualHost:
             authorize("read", "exchange", name)
             authorize("write", "exchange", alternate)
         exchange = cls(name, durable, auto_delete, internal, arguments)
+        exchange.policy = self.policies.matching("exchange", name)
         exchange.attach(self)
         self.exchanges[name] = exchange
         if durable:
@@ -274,7 +277,9 @@ class VirtualHost:
             # Dead-lettering reads from this queue and publishes to the exchange.
             authorize("read", "queue", name)
             authorize("write", "exchange", dead_letter_exchange)
-        args = parse_queue_args(arguments, name, self.name)
+        policy = self.policies.matching("queue", name)
+        args = parse_queue_args(arguments, name, self.name)  # refuses as RabbitMQ does
+        args = queue_args_under(policy, name, self.name, arguments, args)
         queue = queues.create(
             name,
             self.name,
@@ -289,6 +294,7 @@ class VirtualHost:
             streams=self.streams,
             memory_budget_bytes=self.queue_memory_budget_bytes,
         )
+        queue.policy = policy
         queue.on_unused = self._auto_delete_queue
         queue.on_dead_letter = self._dead_letter
         self.queues[name] = queue

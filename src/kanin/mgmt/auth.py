@@ -4,7 +4,8 @@ The password check is the AMQP login's (UserStore.authenticate), and a loopback-
 (`guest`) may use the API only from loopback, as on RabbitMQ. Tags, as RabbitMQ's
 management plugin reads them (https://www.rabbitmq.com/management.html#permissions):
 - management: the API at all, and the objects of the vhosts the user has permissions in;
-- policymaker: as management (policies are not built yet);
+- policymaker: as management, and manages the policies of the vhosts the user has
+  permissions in (mgmt/policies.py);
 - monitoring: as management, and reads everything: every vhost, connection and channel;
 - administrator: everything.
 """

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from kanin.mgmt.auth import authenticate
 from kanin.mgmt.errors import ApiError
+from kanin.mgmt.rates import RateStore
 
 if TYPE_CHECKING:
     from kanin.core.auth import User
@@ -28,6 +29,8 @@ class MgmtContext:
     # The server's own measures, where it takes them (None: not measured, not reported).
     read_rss: Callable[[], int | None] | None = None
     disk_free: Callable[[], int] | None = None
+    # Message rates: sampled every few seconds while the management API runs (rates.py).
+    rates: RateStore = field(default_factory=RateStore)
 
     async def saved(self) -> None:
         """Until the definitions as they are now are on disk: a change made through the API

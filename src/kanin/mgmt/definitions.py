@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from kanin.amqp.errors import AMQPError
+from kanin.core.policy_args import clear_policy, set_policy
 from kanin.mgmt.auth import require_admin
 from kanin.mgmt.context import context_of, user_of
 from kanin.mgmt.definitions_doc import DefinitionsProblem, Plan, export, read
@@ -27,6 +28,7 @@ from kanin.mgmt.errors import bad_request, bare_text
 if TYPE_CHECKING:
     from kanin.core.auth import Permission
     from kanin.core.broker import Broker
+    from kanin.core.policies import Policy
 
 Undo = list[Callable[[], object]]
 
@@ -58,6 +60,8 @@ def apply(broker: Broker, plan: Plan) -> None:
     undo: Undo = []
     try:
         _apply_access(broker, plan, undo)
+        for policy in plan.policies:  # before the objects, which are then made under them
+            _policy(broker, policy, undo)
         steps = (
             *((_exchange, spec) for spec in plan.exchanges),
             *((_queue, spec) for spec in plan.queues),
@@ -101,6 +105,16 @@ def _set_permission(
     else:
         undo.append(functools.partial(grants.__setitem__, vhost, before))
     grants[vhost] = permission
+
+
+def _policy(broker: Broker, policy: Policy, undo: Undo) -> None:
+    vhost = broker.vhosts[policy.vhost]
+    before = vhost.policies.by_name.get(policy.name)
+    if before is None:
+        undo.append(functools.partial(clear_policy, vhost, policy.name))
+    else:
+        undo.append(functools.partial(set_policy, vhost, before))
+    set_policy(vhost, policy)
 
 
 def _exchange(broker: Broker, spec: dict[str, Any], undo: Undo) -> None:

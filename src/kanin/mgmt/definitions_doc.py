@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from kanin import __version__
 from kanin.core.auth import Permission
 from kanin.core.exchanges import DefaultExchange
+from kanin.core.policies import Policy, PolicyError, read_policy
 from kanin.core.queues import Queue
 from kanin.core.session.handshake import RABBITMQ_VERSION
 from kanin.mgmt.access import checked_hash, permission_from
@@ -59,7 +60,11 @@ def export(broker: Broker) -> dict[str, Any]:
         "topic_permissions": [],
         "parameters": [],
         "global_parameters": [],
-        "policies": [],
+        "policies": [
+            policy.shape()
+            for vhost in broker.vhosts.values()
+            for policy in vhost.policies.by_name.values()
+        ],
         **_topology(broker),
     }
 
@@ -128,12 +133,13 @@ class Plan:
     vhosts: list[str] = field(default_factory=list)
     users: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)
     permissions: list[tuple[str, str, Permission]] = field(default_factory=list)
+    policies: list[Policy] = field(default_factory=list)
     exchanges: list[dict[str, Any]] = field(default_factory=list)
     queues: list[dict[str, Any]] = field(default_factory=list)
     bindings: list[dict[str, Any]] = field(default_factory=list)
 
 
-_SECTIONS = ("users", "vhosts", "permissions", "exchanges", "queues", "bindings")
+_SECTIONS = ("users", "vhosts", "permissions", "policies", "exchanges", "queues", "bindings")
 # The keys RabbitMQ's export always writes, and its import needs.
 _REQUIRED = {
     "exchanges": ("name", "vhost", "type", "durable", "auto_delete", "internal", "arguments"),
@@ -165,6 +171,8 @@ def read(document: Any, broker: Broker) -> Plan:
     users = set(broker.users.users) | {name for name, _, _ in plan.users}
     for where, entry in _entries(document, "permissions"):
         plan.permissions.append(_permission(entry, where, vhosts, users))
+    for where, entry in _entries(document, "policies"):
+        plan.policies.append(_policy(entry, where, vhosts))
     for section in ("exchanges", "queues", "bindings"):
         for where, entry in _entries(document, section):
             getattr(plan, section).append(_topology_entry(section, entry, where, vhosts))
@@ -214,6 +222,17 @@ def _permission(
     if user not in users:
         raise DefinitionsProblem(f"{where}: no user {user!r}")
     return user, vhost, _checked(where, permission_from, entry)
+
+
+def _policy(entry: dict[str, Any], where: str, vhosts: set[str]) -> Policy:
+    name, vhost = _text(entry, "name", where), _text(entry, "vhost", where)
+    where = f"{where} ({name!r} in vhost {vhost!r})"
+    if vhost not in vhosts:
+        raise DefinitionsProblem(f"{where}: no vhost {vhost!r}")
+    try:
+        return read_policy(vhost, name, entry)
+    except PolicyError as exc:
+        raise DefinitionsProblem(f"{where}: {exc.reason.strip()}") from None
 
 
 def _topology_entry(

@@ -26,8 +26,10 @@ class ApiError(Exception):
         self.error = error
         self.reason = reason
 
-    def response(self) -> web.Response:
-        headers = AUTHENTICATE_HEADER if self.status == 401 else None
+    def response(self, prompt: bool = True) -> web.Response:
+        """`prompt`: a 401 carries WWW-Authenticate. The web UI asks without it (a browser
+        shown the header opens its own login dialog over the UI's login form)."""
+        headers = AUTHENTICATE_HEADER if self.status == 401 and prompt else None
         body = json.dumps({"error": self.error, "reason": self.reason})
         return web.Response(
             status=self.status, text=body, content_type="application/json", headers=headers

@@ -1,8 +1,9 @@
 """The broker as a whole: /api/overview, /api/nodes, health checks and the aliveness test.
 
-kanin is one node; it reports itself as `kanin@<host>`. It computes no message rates:
-`rates_mode` says "none", as a RabbitMQ with rates turned off does, and no `*_details`
-or `message_stats` figures are sent rather than zeros that would read as "idle".
+kanin is one node; it reports itself as `kanin@<host>`. Its message rates are RabbitMQ's
+"basic" mode (rates.py): `message_stats` and the `queue_totals` `*_details` are the whole
+broker's, so they are shown to users who may see every vhost, and left out for others
+rather than shown with other vhosts' traffic in them.
 """
 
 from __future__ import annotations
@@ -27,12 +28,20 @@ from kanin.mgmt.context import MgmtContext, context_of, user_of
 from kanin.mgmt.errors import ApiError, from_amqp, not_found
 from kanin.mgmt.live_shapes import open_sessions
 from kanin.mgmt.messages import build_message, properties_from, settle, take
+from kanin.mgmt.rates import BROKER_KEEP, INTERVAL_S, OBJECT_KEEP, window_from
 from kanin.mgmt.shapes import NODE
 
 if TYPE_CHECKING:
     from kanin.core.vhost import VirtualHost
 
 ALIVENESS_QUEUE = "aliveness-test"
+RATES_MODE = "basic"
+# How many seconds of samples are kept: the broker's own (global), each object's (basic).
+RETENTION = {
+    "global": [(BROKER_KEEP - 1) * INTERVAL_S],
+    "basic": [(OBJECT_KEEP - 1) * INTERVAL_S],
+    "detailed": [],
+}
 
 
 def _exchange_types() -> list[dict[str, Any]]:
@@ -42,7 +51,7 @@ def _exchange_types() -> list[dict[str, Any]]:
     ]
 
 
-def totals(ctx: MgmtContext, vhosts: list[VirtualHost]) -> dict[str, dict[str, int]]:
+def totals(ctx: MgmtContext, vhosts: list[VirtualHost]) -> dict[str, dict[str, Any]]:
     """queue_totals and object_totals over these vhosts (the Prometheus metrics' too)."""
     names = {vhost.name for vhost in vhosts}
     sessions = [s for s in open_sessions(ctx.broker) if s.vhost.name in names]
@@ -69,9 +78,19 @@ def totals(ctx: MgmtContext, vhosts: list[VirtualHost]) -> dict[str, dict[str, i
 
 async def overview(request: web.Request) -> web.Response:
     ctx, user = context_of(request), user_of(request)
+    vhosts = visible_vhosts(ctx.broker, user)
+    summary = totals(ctx, vhosts)
+    message_stats: dict[str, Any] = {}
+    if len(vhosts) == len(ctx.broker.vhosts):
+        rates = ctx.rates
+        message_stats = rates.overview_stats(
+            ctx.broker.counters, window_from(request.query, "msg_rates")
+        )
+        summary["queue_totals"].update(rates.totals_details(window_from(request.query, "lengths")))
     shape: dict[str, Any] = {
         "management_version": RABBITMQ_VERSION,
-        "rates_mode": "none",
+        "rates_mode": RATES_MODE,
+        "sample_retention_policies": RETENTION,
         "exchange_types": _exchange_types(),
         "product_version": __version__,
         "product_name": "kanin",
@@ -82,8 +101,8 @@ async def overview(request: web.Request) -> web.Response:
         "node": NODE,
         "disable_stats": False,
         "enable_queue_totals": False,
-        "message_stats": {},
-        **totals(ctx, visible_vhosts(ctx.broker, user)),
+        "message_stats": message_stats,
+        **summary,
         "statistics_db_event_queue": 0,
         "listeners": [
             {"node": NODE, "protocol": protocol, "ip_address": address, "port": port}
@@ -103,7 +122,7 @@ def node_shape(ctx: MgmtContext) -> dict[str, Any]:
         "os_pid": str(os.getpid()),
         "uptime": int((time.time() - ctx.started_at) * 1000),
         "processors": os.cpu_count() or 1,
-        "rates_mode": "none",
+        "rates_mode": RATES_MODE,
         "mem_limit": broker.memory.high_watermark_bytes,
         "mem_alarm": "memory" in broker.alarms.raised,
         "disk_free_limit": broker.config.disk_free_limit_bytes,

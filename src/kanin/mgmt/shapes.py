@@ -103,6 +103,8 @@ def exchange_shape(exchange: Exchange, vhost: str) -> dict[str, Any]:
         "arguments": jsonable(exchange.arguments),
         "user_who_performed_action": "",
     }
+    if exchange.policy is not None:  # RabbitMQ 3.10 writes the field only when there is one
+        shape["policy"] = exchange.policy.name
     if isinstance(exchange, DelayedExchange):
         shape["kanin_delayed_messages"] = exchange.pending
     if isinstance(exchange, DedupExchange) and exchange.cache is not None:
@@ -142,9 +144,10 @@ def queue_shape(queue: Queue, unacked: int) -> dict[str, Any]:
         "messages": ready + unacked,
         "messages_ready": ready,
         "messages_unacknowledged": unacked,
-        "policy": None,
+        "policy": queue.policy.name if queue.policy is not None else None,
         "operator_policy": None,
-        "effective_policy_definition": {},
+        # The policy's definition as it is, as RabbitMQ shows it (not merged with arguments).
+        "effective_policy_definition": dict(queue.policy.definition) if queue.policy else {},
         "exclusive_consumer_tag": _exclusive_tag(queue),
         "single_active_consumer_tag": _single_active_tag(queue),
     }

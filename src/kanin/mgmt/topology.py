@@ -20,6 +20,7 @@ from kanin.mgmt.body import json_object, to_arguments, to_bool, to_str
 from kanin.mgmt.columns import apply_columns, apply_query
 from kanin.mgmt.context import context_of, user_of
 from kanin.mgmt.errors import from_amqp, not_found
+from kanin.mgmt.rates import window_from
 from kanin.mgmt.shapes import (
     binding_of,
     bindings_of,
@@ -29,6 +30,8 @@ from kanin.mgmt.shapes import (
 )
 
 if TYPE_CHECKING:
+    from kanin.core.exchanges import Exchange
+    from kanin.core.queues import Queue
     from kanin.core.vhost import VirtualHost
 
 
@@ -51,9 +54,16 @@ def _vhosts_asked(request: web.Request) -> list[VirtualHost]:
 # -- exchanges -----------------------------------------------------------------------------
 
 
+def _exchange_with_rates(request: web.Request, exchange: Exchange, vhost: str) -> dict[str, Any]:
+    rates = context_of(request).rates.exchange_fields(
+        exchange, window_from(request.query, "msg_rates")
+    )
+    return {**exchange_shape(exchange, vhost), **rates}
+
+
 async def list_exchanges(request: web.Request) -> web.Response:
     shapes = [
-        exchange_shape(exchange, vhost.name)
+        _exchange_with_rates(request, exchange, vhost.name)
         for vhost in _vhosts_asked(request)
         for exchange in vhost.exchanges.values()
     ]
@@ -65,7 +75,8 @@ async def show_exchange(request: web.Request) -> web.Response:
     exchange = vhost.exchanges.get(exchange_name_from_url(request.match_info["name"]))
     if exchange is None:
         raise not_found()
-    return web.json_response(apply_columns(exchange_shape(exchange, vhost.name), request.query))
+    shape = _exchange_with_rates(request, exchange, vhost.name)
+    return web.json_response(apply_columns(shape, request.query))
 
 
 async def declare_exchange(request: web.Request) -> web.Response:
@@ -117,14 +128,23 @@ async def exchange_bindings(request: web.Request) -> web.Response:
 # -- queues --------------------------------------------------------------------------------
 
 
-async def list_queues(request: web.Request) -> web.Response:
-    unacked = context_of(request).unacked_by_queue()
-    shapes = [
-        queue_shape(queue, unacked[id(queue)])
-        for vhost in _vhosts_asked(request)
-        for queue in vhost.queues.values()
+def _queues_with_rates(request: web.Request, queues: list[Queue]) -> list[dict[str, Any]]:
+    ctx = context_of(request)
+    unacked = ctx.unacked_by_queue()
+    window = window_from(request.query, "msg_rates")
+    lengths_window = window_from(request.query, "lengths")
+    return [
+        {
+            **queue_shape(queue, unacked[id(queue)]),
+            **ctx.rates.queue_fields(queue, window, lengths_window),
+        }
+        for queue in queues
     ]
-    return _listing(request, shapes)
+
+
+async def list_queues(request: web.Request) -> web.Response:
+    queues = [queue for vhost in _vhosts_asked(request) for queue in vhost.queues.values()]
+    return _listing(request, _queues_with_rates(request, queues))
 
 
 async def show_queue(request: web.Request) -> web.Response:
@@ -132,8 +152,8 @@ async def show_queue(request: web.Request) -> web.Response:
     queue = vhost.queues.get(request.match_info["name"])
     if queue is None:
         raise not_found()
-    unacked = context_of(request).unacked_by_queue()[id(queue)]
-    return web.json_response(apply_columns(queue_shape(queue, unacked), request.query))
+    [shape] = _queues_with_rates(request, [queue])
+    return web.json_response(apply_columns(shape, request.query))
 
 
 async def declare_queue(request: web.Request) -> web.Response:

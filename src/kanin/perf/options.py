@@ -116,7 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
         description="Load generator for any AMQP 0-9-1 broker (kanin, RabbitMQ, ...).",
     )
     add = p.add_argument
-    add("--uri", default="amqp://guest:guest@127.0.0.1:5672/%2F", help="broker to load")
+    add(
+        "--uri",
+        default="amqp://guest:guest@127.0.0.1:5672/%2F",
+        help="broker to load (default %(default)s)",
+    )
     add("-x", "--producers", type=int, default=1, help="producer connections")
     add("-y", "--consumers", type=int, default=1, help="consumer connections")
     add("--producer-channels", type=int, default=1, help="publishing channels per producer")

@@ -20,6 +20,9 @@ from kanin.perf.histogram import Histogram
 from kanin.perf.options import PerfOptions
 from kanin.perf.tally import CONFIRMED, NACKED, SENT, UNUSED, Counters
 
+# The shortest wait when pacing to --rate (see ProducerChannel.run).
+PACING_SLEEP_MIN_NS = 1_000_000
+
 
 class Producer(ChannelHandler):
     def __init__(
@@ -90,8 +93,11 @@ class Producer(ChannelHandler):
             if rate:
                 due = int((now - start_ns) * rate / 1e9) + 1 - self.sent
                 if due <= 0:
+                    # At least a millisecond: the loop's timers are no finer, and shorter
+                    # sleeps return at once, so pacing would spin a core. The messages
+                    # that fall due meanwhile go out together on waking.
                     next_ns = start_ns + int(self.sent * 1e9 / rate)
-                    await asyncio.sleep(max(next_ns - now, 0) / 1e9)
+                    await asyncio.sleep(max(next_ns - now, PACING_SLEEP_MIN_NS) / 1e9)
                     continue
                 n = min(n, due)
             if self.window:

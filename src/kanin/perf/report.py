@@ -34,13 +34,16 @@ class Timeline:
         return out
 
 
-def progress_line(timeline: Timeline, total: dict[str, int]) -> str:
+def progress_line(timeline: Timeline, total: dict[str, int], confirms: bool) -> str:
+    """One `\r`-rewritten status line; confirm figures only when confirms are on."""
     last = timeline.rates()[-1]
     in_flight = total.get("published", 0) - total.get("confirmed", 0) - total.get("nacked", 0)
+    confirm = f"confirm {last['confirmed']:>10,.0f}/s  " if confirms else ""
+    pending = f"  unconfirmed {in_flight:,}" if confirms else ""
     return (
         f"\r{last['t']:6.1f}s  publish {last['published']:>10,.0f}/s  "
-        f"confirm {last['confirmed']:>10,.0f}/s  consume {last['consumed']:>10,.0f}/s  "
-        f"sent {total.get('published', 0):,}  unconfirmed {in_flight:,}"
+        f"{confirm}consume {last['consumed']:>10,.0f}/s  "
+        f"sent {total.get('published', 0):,}{pending}"
         + (f"  nacked {total['nacked']:,}" if total.get("nacked") else "")
         + "   "
     )
@@ -158,11 +161,17 @@ def _config(options: PerfOptions) -> dict[str, Any]:
 def text(summary: dict[str, Any]) -> str:
     """The human-readable summary."""
     rates = summary["rates"]
+    confirmed = summary["confirmed"] is not None  # None: the run used no confirms
+    settled = (
+        f"confirmed {summary['confirmed']:,}  nacked {summary['nacked']:,}  "
+        f"unconfirmed {summary['unconfirmed']:,}  "
+        if confirmed
+        else ""
+    )
+    confirm_rate = f"confirm {rates['confirm']:,.0f}  " if confirmed else ""
     lines = [
-        f"published {summary['published']:,}  confirmed {summary['confirmed']}  "
-        f"nacked {summary['nacked']}  unconfirmed {summary['unconfirmed']}  "
-        f"consumed {summary['consumed']:,}",
-        f"rates (msg/s): publish {rates['publish']:,.0f}  confirm {rates['confirm']:,.0f}  "
+        f"published {summary['published']:,}  {settled}consumed {summary['consumed']:,}",
+        f"rates (msg/s): publish {rates['publish']:,.0f}  {confirm_rate}"
         f"consume {rates['consume']:,.0f}",
     ]
     for name, values in summary["latency_us"].items():
@@ -172,7 +181,8 @@ def text(summary: dict[str, Any]) -> str:
             )
             lines.append(f"{name} latency (ms): {parts}  (n={values['count']:,})")
     lines.append(
-        f"verification: lost {summary['lost']}  duplicates {summary['duplicates']}  "
+        # lost is None when nothing consumed: there is no telling then.
+        f"verification: lost {_or_na(summary['lost'])}  duplicates {summary['duplicates']}  "
         f"unknown {summary['unknown']}  foreign {summary['foreign']}  "
         f"-> {'OK' if summary['ok'] else 'FAILED'}"
     )
@@ -186,3 +196,7 @@ def text(summary: dict[str, Any]) -> str:
             )
     lines += [f"error: {error}" for error in summary["errors"]]
     return "\n".join(lines)
+
+
+def _or_na(value: int | None) -> str:
+    return "n/a" if value is None else f"{value:,}"

@@ -165,7 +165,7 @@ class Session:
             if now >= next_tick:
                 self.timeline.add(now - start, total)
                 if show:
-                    sys.stderr.write(progress_line(self.timeline, total))
+                    sys.stderr.write(progress_line(self.timeline, total, confirms))
                     sys.stderr.flush()
                 next_tick += 1.0
             if self.finished:

@@ -26,6 +26,10 @@ How this works (after LavinMQ's persister and the classic group-commit idea):
   reports success while the definitions on disk are behind what its records need.
 - `on_round_end`, if set, runs on the loop as each round ends, before its waiters (the
   free-disk check).
+- `withdraw(message_id)` takes back a chunk appended as withdrawable with that id that
+  no round has taken yet: it is never written (RabbitMQ's message store does the same for a message
+  acked before it was written). The store uses it when a message is removed so soon:
+  neither its ENQUEUE nor a REMOVE need reach the disk.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ class GroupCommitter:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kanin-fsync")
         self._chunks: list[tuple[int, bytes]] = []
         self._chunk_ids: list[int] = []  # per chunk: the message id it carries, or 0
+        # Message id -> its chunk's index in `_chunks`, until a round takes them.
+        self._unwritten: dict[int, int] = {}
         self._waiters: list[Waiter] = []
         self._deletes: list[int] = []
         self._running = False
@@ -79,7 +85,9 @@ class GroupCommitter:
         # The number of the round that what is appended now will be written in (a plain
         # attribute: every persistent publish reads it twice).
         self.pending_round = 1
-        self.records_committed = 0
+        self.records_committed = 0  # written, not counting those withdrawn
+        self.withdrawn = 0
+        self._withdrawn_now = 0  # of what is appended now
         self.failed = False  # the last round failed: the disk is in trouble
         self._write_failing = False  # the last write of records failed (logged once)
         self.on_written: Callable[[Landed], None] | None = None
@@ -95,13 +103,35 @@ class GroupCommitter:
             self._running or self._chunks or self._waiters or self._deletes or self._openers
         )
 
-    def append(self, segment: int, data: bytes, message_id: int = 0, *, lazy: bool = False) -> None:
+    def append(
+        self,
+        segment: int,
+        data: bytes,
+        message_id: int = 0,
+        *,
+        lazy: bool = False,
+        withdrawable: bool = False,
+    ) -> None:
+        if withdrawable:  # with its message id: see withdraw
+            self._unwritten[message_id] = len(self._chunks)
         self._chunks.append((segment, data))
         self._chunk_ids.append(message_id)
         if not lazy:
             self._kick()
         elif self._lazy_timer is None:
             self._arm_lazy_write()
+
+    def withdraw(self, message_id: int) -> bool:
+        """Never write the chunk appended with `message_id` (see the top); False if a round
+        has already taken it, or there is none. Its place in the batch is kept, empty."""
+        index = self._unwritten.pop(message_id, None)
+        if index is None:
+            return False
+        self._chunks[index] = (self._chunks[index][0], b"")
+        self._chunk_ids[index] = 0
+        self.withdrawn += 1
+        self._withdrawn_now += 1
+        return True
 
     def at_round_start(self, opener: Callable[[], None]) -> None:
         """Call `opener` as the next round starts (before it takes what is appended), so
@@ -143,6 +173,8 @@ class GroupCommitter:
             opener()
         chunks, self._chunks = self._chunks, []
         ids, self._chunk_ids = self._chunk_ids, []
+        self._unwritten = {}
+        withdrawn, self._withdrawn_now = self._withdrawn_now, 0
         waiters, self._waiters = self._waiters, []
         deletes, self._deletes = self._deletes, []
         # Only lazy records: write them, but nobody waits, so no fsync (see the top).
@@ -155,7 +187,7 @@ class GroupCommitter:
             self._executor, self._write, prelude, chunks, deletes, sync
         )
         future.add_done_callback(
-            lambda done: self._finish_round(done, prelude, waiters, chunks, ids)
+            lambda done: self._finish_round(done, prelude, waiters, chunks, ids, withdrawn)
         )
 
     def _write(
@@ -182,10 +214,11 @@ class GroupCommitter:
         waiters: list[Waiter],
         chunks: list[tuple[int, bytes]],
         ids: list[int],
+        withdrawn: int,
     ) -> None:
         self._running = False
         self.rounds += 1
-        self.records_committed += len(chunks)
+        self.records_committed += len(chunks) - withdrawn
         error = done.exception()
         ok = error is None
         if prelude is not None:

@@ -1,5 +1,5 @@
-"""Durable definitions: vhosts, users, permissions, durable exchanges, durable queues
-and the bindings between durable things, kept in one JSON document.
+"""Durable definitions: vhosts, users, permissions, policies, durable exchanges, durable
+queues and the bindings between durable things, kept in one JSON document.
 
 The document is small and changes rarely, so it is rewritten whole: written to a
 temporary file, fsynced, renamed over the old one and the directory fsynced. A crash
@@ -67,6 +67,7 @@ def _damaged(path: Path, problem: str) -> StartupError:
 _REQUIRED: dict[str, set[str]] = {
     "users": {"name", "password_hash", "tags"},
     "permissions": {"user", "vhost", "configure", "write", "read"},
+    "policies": {"vhost", "name", "pattern", "apply-to", "definition", "priority"},
     "exchanges": {"vhost", "name", "type", "auto_delete", "internal", "arguments"},
     "queues": {"vhost", "name", "auto_delete", "arguments"},
     "bindings": {

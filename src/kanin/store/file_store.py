@@ -3,7 +3,8 @@
 How this works:
 - Every change is a record (records.py) appended to the segmented log (segments.py)
   through the group committer (committer.py), the only path by which records become
-  durable; `after_commit` waiters hear when the round holding them has ended.
+  durable; `after_commit` waiters hear when the round holding them has ended. A message
+  removed before any round took its ENQUEUE is withdrawn: neither record is written.
 - How FileStore finds a message again: `_where` maps each live id to its location,
   segment << 32 | offset. Until the committer reports the record on disk the offset is 0
   and the record's bytes stay in `_pending` (reads are served from there); after a failed
@@ -134,14 +135,15 @@ class FileStore:
         data = records.encode_enqueue(
             message_id, queue, exchange, routing_key, header, body, priority, expires_at_ms
         )
-        self._place_live(message_id, data)
+        self._place_live(message_id, data, withdrawable=True)
         return message_id
 
-    def _place_live(self, message_id: int, data: bytes) -> int:
+    def _place_live(self, message_id: int, data: bytes, *, withdrawable: bool = False) -> int:
         """Queue a message's ENQUEUE record and count it live in its segment at once: the
         next record placed may close the segment, which is deleted if nothing in it is
-        live. Until a round writes it, the message is read from memory."""
-        segment = self._place(data, message_id)
+        live. Until a round writes it, the message is read from memory. Not withdrawable:
+        a compaction's copy (the original is still on disk and needs a REMOVE)."""
+        segment = self._place(data, message_id, withdrawable=withdrawable)
         self._where[message_id] = segment << _SEGMENT_SHIFT
         self._pending[message_id] = data
         state = self._live.setdefault(segment, _Segment())
@@ -150,7 +152,7 @@ class FileStore:
         return segment
 
     def _written(self, landed: Landed) -> None:
-        """A commit round put these ENQUEUE records on disk: they are read from there now."""
+        """A round put these ENQUEUE records on disk: they are read from there now."""
         where, pending = self._where, self._pending
         for message_id, segment, offset in landed:
             if where.get(message_id) == segment << _SEGMENT_SHIFT:
@@ -163,7 +165,8 @@ class FileStore:
             return
         self._pending.pop(message_id, None)
         self._delivered.pop(message_id, None)
-        self._place(records.encode_simple(records.REMOVE, message_id, queue), lazy=True)
+        if location & _OFFSET_MASK or not self._committer.withdraw(message_id):
+            self._place(records.encode_simple(records.REMOVE, message_id, queue), lazy=True)
         segment = location >> _SEGMENT_SHIFT
         state = self._live[segment]
         state.live -= 1
@@ -281,12 +284,8 @@ class FileStore:
             if record is None or record.type != records.ENQUEUE or record.id != message_ids[index]:
                 if cached_only:
                     raise BlockingIOError(f"no valid record at {segment}:{offset}")
-                log.error(
-                    "message %d: no valid record at segment %d offset %d",
-                    message_ids[index],
-                    segment,
-                    offset,
-                )
+                where = f"segment {segment} offset {offset}"
+                log.error("message %d: no valid record at %s", message_ids[index], where)
                 continue
             found[index] = _content(record)
 
@@ -415,7 +414,9 @@ class FileStore:
     def at_round_start(self, opener: Callable[[], None]) -> None:
         self._committer.at_round_start(opener)
 
-    def _place(self, data: bytes, message_id: int = 0, *, lazy: bool = False) -> int:
+    def _place(
+        self, data: bytes, message_id: int = 0, *, lazy: bool = False, withdrawable: bool = False
+    ) -> int:
         """Choose the segment for a record (a new one past the size limit) and queue it;
         a lazy one waits for a round something else starts (committer.py)."""
         if self._active_size + len(data) > self._segment_bytes and self._active_size > 0:
@@ -427,7 +428,7 @@ class FileStore:
             if state is None or state.live == 0:
                 self._mark_dead(finished)
         self._active_size += len(data)
-        self._committer.append(self._active, data, message_id, lazy=lazy)
+        self._committer.append(self._active, data, message_id, lazy=lazy, withdrawable=withdrawable)
         return self._active
 
     # -- recovery -------------------------------------------------------------------------

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Union
 
 if TYPE_CHECKING:
     from kanin.core.message import Message
+    from kanin.core.policies import Policy
     from kanin.core.queues import Queue
     from kanin.core.vhost import VirtualHost
     from kanin.store.api import Recovered
@@ -67,6 +68,10 @@ class Exchange:
         self.bindings: dict[tuple[Any, ...], Binding] = {}
         # Bindings in which this exchange is the destination (exchange-to-exchange).
         self.bound_from: dict[tuple[Any, ...], Binding] = {}
+        # Running totals for the management API's message rates (see Queue's).
+        self.msg_published_in = 0  # publishes to this exchange
+        self.msg_published_out = 0  # queues those publishes were routed to, summed
+        self.policy: Policy | None = None  # set by the vhost (core/policy_args.py)
         self.configure()
 
     def configure(self) -> None:
@@ -75,7 +80,11 @@ class Exchange:
 
     @property
     def alternate_exchange(self) -> str | None:
+        """Where unroutable messages go: the exchange's argument, else its policy's (as in
+        RabbitMQ, the argument wins). Asked only when a message found no queue."""
         value = self.arguments.get("alternate-exchange")
+        if value is None and self.policy is not None:
+            value = self.policy.definition.get("alternate-exchange")
         return value if isinstance(value, str) else None
 
     def bind(self, binding: Binding) -> bool:

@@ -24,7 +24,6 @@ Where kanin differs from the plugin, on purpose:
 
 from __future__ import annotations
 
-import copy
 import functools
 import math
 from collections import deque
@@ -142,19 +141,19 @@ class DelayedExchange(Exchange):
         schedule = self._schedule
         if delay is None or schedule is None:
             return ROUTE
-        later = _with_delay_spent(message, delay)
+        _spend_delay(message, delay)
         due = schedule.now_ms() + delay
         store = self._store
         if store is None or not message.persistent:
-            schedule.add_item(due, later)
+            schedule.add_item(due, message)
             return ABSORBED
         assert self._vhost is not None
         store_id = store.enqueue(
             self._key,
-            later.exchange,
-            later.routing_key,
-            later.header_payload,
-            later.body,
+            message.exchange,
+            message.routing_key,
+            message.header_payload,
+            message.body,
             expires_at_ms=self._vhost.scheduler.wall_clock_ms() + delay,
         )
         schedule.add_id(due, store_id)
@@ -251,17 +250,11 @@ class _Outgoing:
         self.contents: list[Content | None] | None = None
 
 
-def _with_delay_spent(message: Message, delay: int) -> Message:
-    """The message as it is routed when due: its x-delay turned to -delay, as the plugin
-    does, so a consumer (or an exchange it passes next) can tell it was delayed."""
-    properties = copy.copy(message.properties)
-    properties.headers = {**(properties.headers or {}), "x-delay": -delay}
-    return Message(
-        message.exchange,
-        message.routing_key,
-        encode_header(len(message.body), properties),
-        message.body,
-        None,
-        message.expiration_ms,
-        message.cc_bcc,
-    )
+def _spend_delay(message: Message, delay: int) -> None:
+    """Turn the message's x-delay into -delay, as the plugin does, so a consumer (or an
+    exchange it passes next) can tell it was delayed. In place: the exchange holds the
+    message from now on, and decoded properties with a header table are the message's
+    own (never shared from the decoder's cache, amqp/properties.py)."""
+    properties = message.properties
+    properties.headers["x-delay"] = -delay  # there is a header table: it held x-delay
+    message.header_payload = encode_header(len(message.body), properties)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from kanin.core.consumer import Consumer
     from kanin.core.exchanges import Binding
     from kanin.core.message import Entry, Message
+    from kanin.core.policies import Policy
     from kanin.store.api import Recovered
 
 # What Queue.publish did with a message.
@@ -58,6 +59,8 @@ class Queue(ABC):
         self.auto_delete = auto_delete
         self.arguments = arguments or {}
         self.args = args or QueueArgs()
+        # The policy that applies (core/policy_args.py); `args` already has its effect.
+        self.policy: Policy | None = None
         # Every consumer, in registration order (single active consumer takes the first).
         self.consumers: OrderedDict[Consumer, None] = OrderedDict()
         self.bindings: dict[tuple[Any, ...], Binding] = {}  # kept by the vhost
@@ -65,6 +68,16 @@ class Queue(ABC):
         # Set by the vhost: auto-delete and x-expires, and where dead letters go.
         self.on_unused: Callable[[Queue], None] | None = None
         self.on_dead_letter: Callable[[Queue, list[Entry], str], None] | None = None
+        # Running totals for the management API's message rates, bumped by the code that
+        # routes, delivers and settles (an attribute increment each; mgmt/rates.py reads
+        # them every few seconds).
+        self.msg_published = 0  # routed here by a publish (a channel's or the API's)
+        self.msg_delivered = 0  # basic.deliver to a consumer that acks
+        self.msg_delivered_no_ack = 0  # basic.deliver to a consumer that does not
+        self.msg_got = 0  # basic.get-ok awaiting an ack
+        self.msg_got_no_ack = 0  # basic.get-ok with no-ack
+        self.msg_acked = 0  # deliveries from here acknowledged
+        self.msg_redelivered = 0  # deliveries and get-oks flagged redelivered
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.vhost!r}, {self.name!r})"
@@ -72,6 +85,17 @@ class Queue(ABC):
     @property
     def exclusive(self) -> bool:
         return self.exclusive_owner is not None
+
+    def apply_policy(self, policy: Policy | None, args: QueueArgs) -> None:
+        """Vhost, when the queue's policy changes: `args` are its arguments merged with the
+        policy's definition (core/policy_args.py), to act on from now on."""
+        self.policy = policy
+        self.apply_args(args)
+
+    def apply_args(self, args: QueueArgs) -> None:
+        """New limits, dead-lettering or timeouts: a type that built state from the old
+        ones (timers, a memory budget) changes it here too."""
+        self.args = args
 
     @property
     @abstractmethod

@@ -92,6 +92,7 @@ class ClassicQueue(Queue):
         # Persistent messages of a durable queue go to the store.
         self.store = store if durable else None
         self.store_key = queue_key(vhost, name)
+        self._budget_bytes = memory_budget_bytes  # the broker's, kept for a policy's queue-mode
         budget = 0 if self.args.lazy else memory_budget_bytes
         label = repr(self)
         self.pager = Pager(self.store, self.store_key, budget, label, self._count, self._landed)
@@ -113,11 +114,20 @@ class ClassicQueue(Queue):
         self._ttl = HeadExpiry(
             scheduler, lambda: self.ready.peek(), self._pop, self._expired, lambda: self.deleted
         )
-        expires_s = None if self.args.expires_ms is None else self.args.expires_ms / 1000
-        self._idle = (
-            IdleTimer(scheduler, expires_s, self._in_use, self._on_idle) if expires_s else None
-        )
+        in_use = lambda: bool(self.consumers)  # noqa: E731 (a queue consumed from is in use)
+        self._idle = IdleTimer(scheduler, self.args.expires_ms, in_use, self._on_idle)
         self.touch()
+
+    def apply_args(self, args: QueueArgs) -> None:
+        """A policy changed the queue's limits: they act now (core/policy_args.py says how,
+        as on RabbitMQ); messages already queued keep their TTL."""
+        old, self.args = self.args, args
+        self.returns.policy = args.returns
+        self.pager.budget_bytes = 0 if args.lazy else self._budget_bytes
+        if args.expires_ms != old.expires_ms and not self.deleted:
+            self._idle.set_period(args.expires_ms)
+        if args.has_length_limit and not args.rejects_publish:
+            self._enforce_length()
 
     @property
     def message_count(self) -> int:
@@ -413,11 +423,8 @@ class ClassicQueue(Queue):
 
     def touch(self) -> None:
         """The queue was used (declared, got from, consumed from): restart x-expires."""
-        if self._idle is not None and not self.deleted:
+        if not self.deleted:
             self._idle.touch()
-
-    def _in_use(self) -> bool:
-        return bool(self.consumers)
 
     def _on_idle(self) -> None:
         if not self.deleted and self.on_unused is not None:
@@ -428,8 +435,7 @@ class ClassicQueue(Queue):
         self.deleted = True
         self._ttl.cancel()
         self.returns.cancel()
-        if self._idle is not None:
-            self._idle.cancel()
+        self._idle.cancel()
 
     # -- consumers ----------------------------------------------------------------------
 

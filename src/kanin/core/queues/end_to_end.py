@@ -46,16 +46,15 @@ class EndToEndQueue(ClassicQueue):
     settles_confirms = True
 
     def __init__(self, *positional: Any, **named: Any) -> None:
-        args: QueueArgs = named.get("args") or QueueArgs()
-        ttl, timeout = args.message_ttl_ms, args.confirm_timeout_ms
-        named["args"] = dataclasses.replace(
-            args, message_ttl_ms=timeout if ttl is None else min(ttl, timeout)
-        )
+        named["args"] = _held_at_most_confirm_timeout(named.get("args") or QueueArgs())
         named["store"] = None  # see the module docstring: nothing is stored
         super().__init__(*positional, **named)
         # Entry seq -> the confirms its ack settles (one, or more for retransmits).
         self._tickets: dict[int, list[ConfirmTicket]] = {}
         self._dropping = False  # a purge forgets messages that were not acked
+
+    def apply_args(self, args: QueueArgs) -> None:
+        super().apply_args(_held_at_most_confirm_timeout(args))
 
     def publish_with_ticket(self, message: Message, ticket: ConfirmTicket) -> int:
         dedup = self._dedup
@@ -102,3 +101,9 @@ class EndToEndQueue(ClassicQueue):
             for ticket in waiting:
                 ticket.ledger.refuse(ticket.seq)
         super().delete()
+
+
+def _held_at_most_confirm_timeout(args: QueueArgs) -> QueueArgs:
+    """A message waits for its ack no longer than x-confirm-timeout: its TTL says so."""
+    ttl, timeout = args.message_ttl_ms, args.confirm_timeout_ms
+    return dataclasses.replace(args, message_ttl_ms=timeout if ttl is None else min(ttl, timeout))

@@ -100,31 +100,41 @@ class HeadExpiry:
 
 
 class IdleTimer:
-    """x-expires: on_idle once the queue has gone `period_s` without use. Uses only
-    restart the clock; the timer wakes at most once per period to compare."""
+    """x-expires: on_idle once the queue has gone its period without use (no period: never).
+    Uses only restart the clock; the timer wakes at most once per period to compare."""
 
     def __init__(
         self,
         scheduler: Scheduler,
-        period_s: float,
+        period_ms: int | None,
         in_use: Callable[[], bool],
         on_idle: Callable[[], None],
     ) -> None:
         self._scheduler = scheduler
-        self._period_s = period_s
+        self._period_s = None if period_ms is None else period_ms / 1000
         self._in_use = in_use  # a queue with consumers is in use however long it is idle
         self._on_idle = on_idle
         self._timer: Cancellable | None = None
         self._last_used = scheduler.time()
 
+    def set_period(self, period_ms: int | None) -> None:
+        """A policy changed x-expires: the new period runs from now, as on RabbitMQ."""
+        self.cancel()
+        self._period_s = None if period_ms is None else period_ms / 1000
+        self.touch()
+
     def touch(self) -> None:
-        """The queue was used: restart the period."""
+        """The queue was used: restart the period (nothing to do without one)."""
+        if self._period_s is None:
+            return
         self._last_used = self._scheduler.time()
         if self._timer is None:
             self._timer = self._scheduler.call_later(self._period_s, self._check)
 
     def _check(self) -> None:
         self._timer = None
+        if self._period_s is None:
+            return
         if self._in_use():
             self.touch()
             return

@@ -156,6 +156,12 @@ class StreamQueue(Queue):
         self._apply_retention()
         self.schedule_dispatch()
 
+    def apply_args(self, args: QueueArgs) -> None:
+        """A policy's retention (max-length-bytes, max-age) acts now, as on RabbitMQ; its
+        segment size only when the stream is declared (the log is open by then)."""
+        self.args = args
+        self._apply_retention()
+
     def _apply_retention(self) -> None:
         max_bytes, max_age_ms = self.args.max_length_bytes, self.args.stream.max_age_ms
         if max_bytes is None and max_age_ms is None:
