@@ -192,3 +192,15 @@ def test_without_a_certificate_nothing_listens_on_the_tls_port(tmp_path: Path) -
             process.send_signal(signal.SIGTERM)
             assert process.wait(timeout=10) == 0
     assert not any("TLS" in line for line in log)
+
+
+def test_tls_settings_come_from_the_config_file_too(tmp_path: Path, certs: Certificates) -> None:
+    config = tmp_path / "kanin.toml"
+    config.write_text(f'tls_cert = "{certs.server_cert}"\ntls_verify = "peer"\n')
+    line = one_line_error(run_server(tmp_path / "data", "--config", str(config)))
+    assert "--tls-cert and --tls-key go together" in line
+    assert "kanin.toml" in line  # where the value came from
+    config.write_text(config.read_text() + f'tls_key = "{certs.server_key}"\n')
+    assert "--tls-verify peer needs --tls-ca" in one_line_error(
+        run_server(tmp_path / "data", "--config", str(config))
+    )
