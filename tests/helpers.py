@@ -351,6 +351,26 @@ def server_command(data_dir: Path, *extra: str) -> list[str]:
     ]
 
 
+def run_server(data_dir: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    """`kanin server` (server_command) run to its end: for options and files it refuses."""
+    return subprocess.run(
+        server_command(data_dir, *extra),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
+    """The process exited 2 with exactly one line on stderr, no traceback; that line."""
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
 def start_kanin(
     data_dir: Path, *extra: str, log: list[str] | None = None
 ) -> tuple[subprocess.Popen[str], int]:

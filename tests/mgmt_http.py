@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -25,12 +26,13 @@ class Reply:
 
 @dataclass
 class Api:
-    base: str  # http://host:port
+    base: str  # http://host:port, or https://
     user: str = "guest"
     password: str = "guest"
+    tls: ssl.SSLContext | None = None  # what verifies an https:// server
 
     def as_user(self, user: str, password: str) -> Api:
-        return Api(self.base, user, password)
+        return Api(self.base, user, password, self.tls)
 
     def request(
         self,
@@ -51,7 +53,7 @@ class Api:
         for key, value in (headers or {}).items():
             request.add_header(key, value)
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=10, context=self.tls) as response:
                 return Reply(response.status, dict(response.headers), response.read().decode())
         except urllib.error.HTTPError as error:
             return Reply(error.code, dict(error.headers), error.read().decode())

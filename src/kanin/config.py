@@ -11,6 +11,12 @@ MEMORY_HIGH_WATERMARK_FRACTION = 0.4
 # Where the machine's memory cannot be read.
 FALLBACK_MEMORY_HIGH_WATERMARK_BYTES = 2 * 1024**3
 
+# RabbitMQ's ssl_options.verify, verify_none / verify_peer (https://www.rabbitmq.com/ssl.html).
+TLS_VERIFY_MODES = ("none", "peer")
+# RabbitMQ's ssl_cert_login_from: what of a client certificate's subject the EXTERNAL
+# mechanism takes as the user name (https://www.rabbitmq.com/access-control.html).
+CERT_LOGIN_FROM = ("distinguished_name", "common_name")
+
 
 def physical_memory_bytes() -> int | None:
     """The machine's RAM (sysconf, as /proc/meminfo's MemTotal), or None where unknown."""
@@ -60,6 +66,25 @@ class BrokerConfig:
     # The Prometheus metrics' port (/metrics), likewise: None: none, 0: a free port.
     prometheus_port: int | None = 15692
     data_dir: Path = Path("kanin-data")
+
+    # AMQP over TLS (amqps) on tls_port, beside the plain port, when tls_cert and tls_key
+    # (PEM files) are both given; as RabbitMQ's listeners.ssl and ssl_options
+    # (https://www.rabbitmq.com/ssl.html). tls_ca: the CA bundle client certificates are
+    # verified against. tls_verify "peer" asks clients for a certificate (and refuses one
+    # that does not verify); tls_fail_if_no_peer_cert also refuses a client without one.
+    tls_port: int = 5671
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_ca: Path | None = None
+    tls_verify: str = "none"
+    tls_fail_if_no_peer_cert: bool = False
+    # The user name EXTERNAL takes from a verified client certificate: its subject's whole
+    # distinguished name, as RabbitMQ does by default, or its common name (CN).
+    tls_cert_login_from: str = "distinguished_name"
+    # Serve the management API / the Prometheus metrics over HTTPS, with tls_cert and
+    # tls_key, on their own ports (RabbitMQ's management.ssl and prometheus.ssl listeners).
+    mgmt_tls: bool = False
+    prometheus_tls: bool = False
 
     # Values proposed in connection.tune; the client may lower them.
     channel_max: int = 2047
@@ -114,9 +139,15 @@ class BrokerConfig:
     # Bounds on what one peer may make us hold.
     max_message_size_bytes: int = 128 * 1024 * 1024
 
+    @property
+    def tls(self) -> bool:
+        """Is there a certificate and key to serve TLS with?"""
+        return self.tls_cert is not None and self.tls_key is not None
+
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be 0..65535, got {self.port}")
+        self._check_tls()
         if self.mgmt_port is not None and not 0 <= self.mgmt_port <= 65535:
             raise ValueError(f"mgmt_port must be 0..65535, got {self.mgmt_port}")
         if self.prometheus_port is not None and not 0 <= self.prometheus_port <= 65535:
@@ -139,3 +170,23 @@ class BrokerConfig:
             raise ValueError(
                 f"queue_memory_budget_bytes must be >= 0, got {self.queue_memory_budget_bytes}"
             )
+
+    def _check_tls(self) -> None:
+        if not 0 <= self.tls_port <= 65535:
+            raise ValueError(f"tls_port must be 0..65535, got {self.tls_port}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("tls_cert and tls_key go together: give both or neither")
+        if self.tls_verify not in TLS_VERIFY_MODES:
+            raise ValueError(f"tls_verify must be 'none' or 'peer', got {self.tls_verify!r}")
+        if self.tls_cert_login_from not in CERT_LOGIN_FROM:
+            raise ValueError(
+                f"tls_cert_login_from must be one of {CERT_LOGIN_FROM}, "
+                f"got {self.tls_cert_login_from!r}"
+            )
+        if self.tls_verify == "peer" and self.tls_ca is None:
+            raise ValueError("tls_verify 'peer' needs tls_ca, the CA bundle to verify clients by")
+        if self.tls_fail_if_no_peer_cert and self.tls_verify != "peer":
+            raise ValueError("tls_fail_if_no_peer_cert needs tls_verify 'peer'")
+        for flag, name in ((self.mgmt_tls, "mgmt_tls"), (self.prometheus_tls, "prometheus_tls")):
+            if flag and not self.tls:
+                raise ValueError(f"{name} needs tls_cert and tls_key")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pika
@@ -20,7 +19,7 @@ from pamqp import commands, frame
 from pika.adapters.blocking_connection import BlockingConnection
 from pika.exceptions import ChannelClosedByBroker, ConnectionClosedByBroker
 
-from helpers import drain, start_kanin
+from helpers import drain, run_server, start_kanin
 from rawamqp import RawClient
 
 pytestmark = pytest.mark.kanin_only
@@ -214,17 +213,6 @@ def test_a_saved_stream_queue_type_is_dropped_and_the_queue_kept(tmp_path: Path)
         assert queue_bodies(port, QUEUE) == [b"m0", b"m1", b"m2"]
     finally:
         stop(process)
-
-
-def run_server(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "kanin", "server", "--port", "0", "--bind", "127.0.0.1"]
-    command += ["--mgmt-port", "0", "--prometheus-port", "0"]  # no HTTP listeners
-    return subprocess.run(
-        [*command, "--data-dir", str(data_dir), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
 
 
 def test_a_missing_definitions_file_next_to_messages_stops_start_up(tmp_path: Path) -> None:

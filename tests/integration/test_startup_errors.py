@@ -13,7 +13,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from helpers import server_command, start_kanin
+from helpers import one_line_error, run_server, start_kanin
 from kanin.testing.embedded import running_broker
 
 pytestmark = pytest.mark.kanin_only
@@ -23,21 +23,6 @@ def run_kanin(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "kanin", *args], capture_output=True, text=True, timeout=30
     )
-
-
-def run_server(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        server_command(data_dir, *args), capture_output=True, text=True, timeout=30
-    )
-
-
-def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
-    """The process exited 2 with exactly one line on stderr; that line."""
-    assert result.returncode == 2, result.stderr
-    assert "Traceback" not in result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 # --- one broker per data directory ----------------------------------------------------------

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from kanin import __version__
 from kanin.cli.layers import Layered, SettingError, layer
+from kanin.cli.tls_options import add_tls_options, tls_problem, tls_settings
 from kanin.config import BrokerConfig, UserSpec, default_memory_high_watermark
 from kanin.errors import StartupError
 
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="port of the Prometheus metrics (/metrics), on the --bind address(es) "
         "(default 15692; 0 turns them off)",
     )
+    add_tls_options(server)
     server.add_argument("--heartbeat", type=int, default=60, help="heartbeat seconds proposed")
     server.add_argument(
         "--queue-memory-mb",
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
 def server_config(args: argparse.Namespace) -> BrokerConfig:
     """The broker's configuration from `kanin server` options; OptionError naming the
     option for a value the broker cannot use (checked before anything is touched)."""
-    for dest in ("port", "mgmt_port", "prometheus_port"):
+    for dest in ("port", "mgmt_port", "prometheus_port", "tls_port"):
         port = getattr(args, dest)
         _check(dest, 0 <= port <= 65535, "must be 0..65535", port)
     # A short in connection.tune.
@@ -200,6 +202,8 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
         _check_bind(args.bind)
     if args.stats_file is not None:
         _check_stats_file(args.stats_file)
+    if (problem := tls_problem(args)) is not None:
+        raise OptionError(*problem)
     return BrokerConfig(
         port=args.port,
         bind=args.bind,
@@ -214,6 +218,7 @@ def server_config(args: argparse.Namespace) -> BrokerConfig:
         memory_high_watermark_bytes=_watermark_bytes(args.memory_high_watermark_mb),
         consumer_timeout_ms=args.consumer_timeout_ms or None,
         default_users=_first_user(args.default_user, args.default_pass),
+        **tls_settings(args),
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from kanin.core.session.peer_cert import TlsPeer, distinguished_name
 from kanin.core.session.state import State
 from kanin.mgmt.shapes import NODE, jsonable
 
@@ -40,7 +41,7 @@ def connection_shape(session: Session) -> dict[str, Any]:
         "port": port,
         "peer_host": peer_host,
         "peer_port": peer_port,
-        "ssl": False,
+        **tls_fields(session.opening.tls),
         "auth_mechanism": session.mechanism,
         "channel_max": session.channel_max,
         "frame_max": session.frame_max,
@@ -51,6 +52,20 @@ def connection_shape(session: Session) -> dict[str, Any]:
         "user_provided_name": jsonable(properties.get("connection_name")),
         "recv_oct": session.bytes_received,
         "send_oct": session.bytes_sent,
+    }
+
+
+def tls_fields(tls: TlsPeer | None) -> dict[str, Any]:
+    """A connection's TLS as RabbitMQ lists it (protocol as "tlsv1.3"; the cipher by
+    OpenSSL's name); null for a plain connection, and for the certificate without one."""
+    subject = tls.subject if tls is not None else None
+    issuer = tls.issuer if tls is not None else None
+    return {
+        "ssl": tls is not None,
+        "ssl_protocol": tls.protocol.lower() if tls is not None else None,
+        "ssl_cipher": tls.cipher if tls is not None else None,
+        "peer_cert_subject": distinguished_name(subject) if subject else None,
+        "peer_cert_issuer": distinguished_name(issuer) if issuer else None,
     }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections.abc import Callable
 
 from aiohttp import web
@@ -27,14 +28,16 @@ class MgmtServer:
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
 
-    async def start(self, bind: str | None, port: int) -> list[tuple[str, int]]:
-        """Listen; the (host, port) of every listening socket."""
+    async def start(
+        self, bind: str | None, port: int, tls: ssl.SSLContext | None = None
+    ) -> list[tuple[str, int]]:
+        """Listen, over HTTPS with `tls`; the (host, port) of every listening socket."""
         runner = web.AppRunner(self._build(self.context), access_log=None)
         await runner.setup()
         self._runner = runner
         assert runner.server is not None  # made by setup()
         self._server = await asyncio.get_running_loop().create_server(
-            runner.server, host=bind, port=port, reuse_address=True
+            runner.server, host=bind, port=port, reuse_address=True, ssl=tls
         )
         return [_address(sock) for sock in self._server.sockets]
 

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import errno
 import gc
 import json
 import logging
-import socket
 import time
 from pathlib import Path
 
@@ -16,13 +14,14 @@ from kanin.core.broker import Broker
 from kanin.core.persistence import Persistence
 from kanin.core.session.session import Session
 from kanin.errors import StartupError
+from kanin.mgmt.app import build_app
 from kanin.mgmt.context import MgmtContext
 from kanin.mgmt.server import MgmtServer
 from kanin.prometheus.app import build_metrics_app
 from kanin.server.bugs import loop_exception_handler
-from kanin.server.connection import AMQPConnection
 from kanin.server.datadir_lock import DataDirLock
 from kanin.server.disk import DiskMonitor
+from kanin.server.listeners import HttpListener, addresses, listen_amqp, start_http
 from kanin.server.rss import (
     RssReader,
     RssWatch,
@@ -30,10 +29,14 @@ from kanin.server.rss import (
     give_back_free_memory,
 )
 from kanin.server.scheduler import LoopScheduler
+from kanin.server.tls import ServerContexts
 from kanin.store.file_store import FileStore
 from kanin.store.stream_logs import FileStreamLogs
 
 log = logging.getLogger(__name__)
+
+MANAGEMENT = HttpListener("management API", "http", build_app)
+PROMETHEUS = HttpListener("Prometheus metrics", "http/prometheus", build_metrics_app)
 
 
 class BrokerServer:
@@ -54,11 +57,15 @@ class BrokerServer:
         self.mgmt_addresses: list[tuple[str, int]] = []
         self.prometheus: MgmtServer | None = None
         self.prometheus_addresses: list[tuple[str, int]] = []
+        self.addresses: list[tuple[str, int]] = []  # plain AMQP's
+        self.tls_addresses: list[tuple[str, int]] = []  # amqps's, when it listens
+        self._tls = ServerContexts()
 
     async def start(self) -> list[tuple[str, int]]:
-        """Listen; return the (host, port) of every listening socket."""
+        """Listen; return the (host, port) of every plain AMQP listening socket."""
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(loop_exception_handler)
+        self._tls = ServerContexts.from_config(self.config)  # a bad file stops us here
         data_dir = self.config.data_dir
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
@@ -104,65 +111,41 @@ class BrokerServer:
         )
         if self.config.stats_file is not None:
             self._stats_task = loop.create_task(self._write_stats(self.config.stats_file))
-        server = await self._listen(broker)
-        self._servers.append(server)
-        addresses = [_address(sock) for sock in server.sockets]
-        for host, port in addresses:
-            log.info("kanin listening for AMQP on %s port %d", host, port)
-        await self._start_mgmt(broker, addresses)
-        return addresses
+        listeners = await self._listen(broker)
+        await self._start_http(broker, listeners)
+        return self.addresses
 
-    async def _start_mgmt(self, broker: Broker, amqp: list[tuple[str, int]]) -> None:
-        disk, rss = self.disk, self.rss
+    async def _listen(self, broker: Broker) -> list[tuple[str, str, int]]:
+        """AMQP, and amqps beside it with a certificate: (protocol, host, port) of each."""
+        plain = await listen_amqp(broker, self.config)
+        self._servers.append(plain)
+        self.addresses = addresses(plain)
+        listeners = [("amqp", host, port) for host, port in self.addresses]
+        if self._tls.amqps is not None:
+            amqps = await listen_amqp(broker, self.config, self._tls.amqps)
+            self._servers.append(amqps)
+            self.tls_addresses = addresses(amqps)
+            listeners += [("amqp/ssl", host, port) for host, port in self.tls_addresses]
+        return listeners
+
+    async def _start_http(self, broker: Broker, listeners: list[tuple[str, str, int]]) -> None:
+        disk, rss, config = self.disk, self.rss, self.config
         context = MgmtContext(
             broker,
-            [("amqp", host, amqp_port) for host, amqp_port in amqp],
+            listeners,
             read_rss=rss.read if rss is not None else None,
             disk_free=(lambda: disk.free_bytes) if disk is not None else None,
         )
-        await self._start_prometheus(context)
-        port = self.config.mgmt_port
-        if port is None:
-            return
-        self.mgmt = MgmtServer(context)
-        try:
-            self.mgmt_addresses = await self.mgmt.start(self.config.bind, port)
-        except OSError as exc:  # named, as the AMQP port's is by the address in its text
-            raise OSError(exc.errno, f"management API port {port}: {exc.strerror}") from None
-        for host, mgmt_port in self.mgmt_addresses:
-            context.listeners.append(("http", host, mgmt_port))
-            log.info("kanin listening for the management API on %s port %d", host, mgmt_port)
-
-    async def _start_prometheus(self, context: MgmtContext) -> None:
-        if (port := self.config.prometheus_port) is None:
-            return
-        self.prometheus = MgmtServer(context, build_metrics_app)
-        try:
-            self.prometheus_addresses = await self.prometheus.start(self.config.bind, port)
-        except OSError as exc:  # named, as the management API's is
-            raise OSError(exc.errno, f"Prometheus metrics port {port}: {exc.strerror}") from None
-        for host, metrics_port in self.prometheus_addresses:
-            context.listeners.append(("http/prometheus", host, metrics_port))
-            log.info("kanin listening for Prometheus on %s port %d", host, metrics_port)
-
-    async def _listen(self, broker: Broker) -> asyncio.Server:
-        bind, port = self.config.bind, self.config.port
-        try:
-            return await asyncio.get_running_loop().create_server(
-                lambda: AMQPConnection(broker),
-                host=bind,
-                port=port,
-                reuse_address=True,
-                backlog=1024,
+        if config.prometheus_port is not None:
+            tls = self._tls.https if config.prometheus_tls else None
+            self.prometheus, self.prometheus_addresses = await start_http(
+                context, PROMETHEUS, config.bind, config.prometheus_port, tls
             )
-        except socket.gaierror as exc:
-            raise StartupError(f"bind address {bind!r} does not resolve: {exc.strerror}") from None
-        except OSError as exc:
-            if exc.errno != errno.EADDRNOTAVAIL:
-                raise  # port in use and the like: the caller reports it as it is
-            raise StartupError(
-                f"bind address {bind!r} is not on this host: {exc.strerror}"
-            ) from None
+        if config.mgmt_port is not None:
+            tls = self._tls.https if config.mgmt_tls else None
+            self.mgmt, self.mgmt_addresses = await start_http(
+                context, MANAGEMENT, config.bind, config.mgmt_port, tls
+            )
 
     @property
     def connections(self) -> set[Session]:
@@ -235,11 +218,6 @@ async def _saved(persistence: Persistence) -> None:
     finished: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
     if persistence.saver.when_saved(finished.set_result):
         await finished
-
-
-def _address(sock: socket.socket) -> tuple[str, int]:
-    name = sock.getsockname()
-    return str(name[0]), int(name[1])
 
 
 def write_stats_file(path: Path, text: str) -> None:

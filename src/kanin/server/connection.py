@@ -17,6 +17,7 @@ import asyncio
 from typing import TYPE_CHECKING, cast
 
 from kanin.core.session.session import WRITE_BUFFER_HIGH, WRITE_BUFFER_LOW, Session
+from kanin.server.tls import tls_peer
 
 if TYPE_CHECKING:
     from kanin.core.broker import Broker
@@ -34,6 +35,8 @@ class AMQPConnection(asyncio.Protocol):
         peer = stream.get_extra_info("peername") or ("?", 0)
         local = stream.get_extra_info("sockname") or ("?", 0)
         self.session = Session(self.broker, self.broker.loop_scheduler, stream, peer, local)
+        # Over TLS, asyncio calls this once the TLS handshake is done: the certificate is known.
+        self.session.opening.tls = tls_peer(stream)
 
     def data_received(self, data: bytes) -> None:
         assert self.session is not None  # asyncio calls connection_made first

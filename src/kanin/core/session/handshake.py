@@ -17,6 +17,10 @@ from kanin.amqp.tables import check_table_depth
 from kanin.config import BrokerConfig
 
 MECHANISMS = "PLAIN AMQPLAIN"
+# Offered as well to a client whose TLS certificate verified, as RabbitMQ does with the
+# rabbitmq_auth_mechanism_ssl plugin; last, so a client taking the first mechanism it knows
+# keeps logging in with a password.
+EXTERNAL = "EXTERNAL"
 
 CAPABILITIES: dict[str, Any] = {
     "publisher_confirms": True,
@@ -65,14 +69,14 @@ def server_properties() -> dict[str, Any]:
     }
 
 
-def connection_start() -> commands.Connection.Start:
+def connection_start(mechanisms: str = MECHANISMS) -> commands.Connection.Start:
     properties = server_properties()
     return build(
         commands.Connection.Start,
         version_major=0,
         version_minor=9,
         server_properties=properties,
-        mechanisms=MECHANISMS,
+        mechanisms=mechanisms,
         locales="en_US",
     )
 
@@ -97,6 +101,8 @@ def parse_credentials(mechanism: str, response: str | bytes) -> tuple[str, str]:
         if not isinstance(login, str | bytes) or not isinstance(password, str | bytes):
             raise ConnectionError_(C.ACCESS_REFUSED, "AMQPLAIN response lacks LOGIN or PASSWORD")
         return _text(login), _text(password)
+    if mechanism == EXTERNAL:  # known, but offered only over TLS with a client certificate
+        raise SilentClose("invalid authentication mechanism 'EXTERNAL': no client certificate")
     raise SilentClose(f"unknown authentication mechanism '{mechanism}'")
 
 

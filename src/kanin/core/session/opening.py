@@ -20,9 +20,11 @@ from kanin.amqp.errors import ConnectionError_
 from kanin.amqp.methods import build, class_and_method, encode_method
 from kanin.core.ports import ChannelServices
 from kanin.core.session import handshake
+from kanin.core.session.peer_cert import TlsPeer, login_name
 from kanin.core.session.state import State
 
 if TYPE_CHECKING:
+    from kanin.core.auth import User
     from kanin.core.session.session import Session
 
 log = logging.getLogger("kanin.core.session")
@@ -32,6 +34,7 @@ class Opening:
     def __init__(self, session: Session) -> None:
         self.session = session
         self._header = b""
+        self.tls: TlsPeer | None = None  # set by the edge for a connection over TLS
 
     def read_protocol_header(self, data: bytes) -> bytes:
         """Consume the 8-byte protocol header from `data`; return what follows it."""
@@ -47,8 +50,17 @@ class Opening:
             self._refuse_header()
             return b""
         self.session.state = State.START_OK
-        self.session.send(encode_method(0, handshake.connection_start()))
+        self.session.send(encode_method(0, handshake.connection_start(self._mechanisms())))
         return rest
+
+    def _certificate_login(self) -> str | None:
+        """The user name EXTERNAL offers, from a verified client certificate (or None)."""
+        return login_name(self.tls, self.session.config.tls_cert_login_from)
+
+    def _mechanisms(self) -> str:
+        if self.tls is None or self.tls.subject is None:
+            return handshake.MECHANISMS
+        return f"{handshake.MECHANISMS} {handshake.EXTERNAL}"
 
     def _refuse_header(self) -> None:
         # The spec's answer to a protocol we do not speak: our header, then close.
@@ -84,12 +96,8 @@ class Opening:
         session.client_properties = method.client_properties or {}
         session.client_capabilities = handshake.client_capabilities(session.client_properties)
         session.mechanism = method.mechanism
-        username, password = handshake.parse_credentials(method.mechanism, method.response)
-        user = session.broker.users.authenticate(username, password)
-        refusal = ""
-        if user is None:
-            refusal = f"login refused for user {username!r}: bad credentials"
-        elif user.name in config.loopback_users and not self._from_loopback():
+        user, refusal = self._authenticate(method.mechanism, method.response)
+        if user is not None and user.name in config.loopback_users and not self._from_loopback():
             refusal = f"user {user.name!r} may only connect via localhost"
         if refusal:
             # Without authentication_failure_close the client gets no reason, as in RabbitMQ.
@@ -107,6 +115,20 @@ class Opening:
             heartbeat=config.heartbeat_s,
         )
         session.send(encode_method(0, tune))
+
+    def _authenticate(self, mechanism: str, response: str | bytes) -> tuple[User | None, str]:
+        """The user logging in, or None and why not. EXTERNAL needs no password: the TLS
+        handshake verified the certificate the name comes from; the user must exist."""
+        users = self.session.broker.users
+        if mechanism == handshake.EXTERNAL and self.tls is not None and self.tls.subject:
+            username = self._certificate_login()
+            if username is None:
+                return None, "login refused: the client certificate has no common name (CN)"
+            user = users.users.get(username)
+            return user, "" if user else f"login refused: no user {username!r} (client certificate)"
+        username, password = handshake.parse_credentials(mechanism, response)
+        user = users.authenticate(username, password)
+        return user, "" if user else f"login refused for user {username!r}: bad credentials"
 
     def _from_loopback(self) -> bool:
         return handshake.is_loopback(str(self.session.peer[0]))
