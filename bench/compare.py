@@ -14,6 +14,11 @@ reads the broker process's CPU time before and after.
 (f) the confirm strategies of RabbitMQ's publisher-confirms tutorial on 50,000 persistent
     messages: one at a time, batches of 100, asynchronous (window 1000);
 (g) (c) and (d) at a fixed 1,000 msg/s: confirm and end-to-end latency percentiles;
+(h) many clients: 50 producer and 50 consumer connections on 50 queues, (c)'s settings with
+    a window of 100 per producer;
+(i) many slow clients: 1,000 producer connections at 10 msg/s each (10,000 msg/s) over 10
+    queues with one consumer connection each, confirms (window 10) and manual acks:
+    latency percentiles and CPU, as (g);
 (m) resident memory per idle connection (one channel each) and per empty queue.
 bench/README.md explains each column.
 
@@ -64,6 +69,12 @@ BASE_WHAT = {
     "c": "(b) + confirms, window 1000",
     "d": "(c) + persistent messages, durable queue",
 }
+SCENARIOS = "abcdefghim"
+MANY_CLIENTS = [*MANUAL_ACKS, "-s", "16", "--confirm", "window:100"]
+MANY_CLIENTS_WHAT = "100 connections: 50 producers, 50 consumers, 50 queues, (c) window 100"
+SLOW_CLIENTS = ["-x", "1000", "-y", "10", "--queues", "10", "-s", "16", "--rate", "10"]
+SLOW_CLIENTS += [*MANUAL_ACKS, "--confirm", "window:10"]
+SLOW_CLIENTS_WHAT = "1,000 producer connections at 10 msg/s, 10 queues and consumers"
 CONFIRM_STRATEGIES = {
     "each": "one at a time",
     "batch:100": "batches of 100",
@@ -75,7 +86,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--duration", type=float, default=10.0, help="seconds per timed point")
     p.add_argument("--reps", type=int, default=3, help="repetitions of every point")
-    p.add_argument("--only", default="abcdefgm", help="scenario letters to run; m = memory")
+    p.add_argument("--only", default=SCENARIOS, help="scenario letters to run; m = memory")
     p.add_argument("--quick", action="store_true", help="2 s points, 1 rep, 5,000 msgs in (f)")
     p.add_argument("--queues", default="1,2,4,8", help="queue counts for (e)")
     p.add_argument("--messages", type=int, default=50_000, help="messages per (f) point")
@@ -97,8 +108,8 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--no-rabbitmq", action="store_true", help="leave RabbitMQ out of the run")
     args = p.parse_args()
-    if set(args.only) - set("abcdefgm"):
-        p.error(f"--only takes letters from abcdefgm, got {args.only!r}")
+    if set(args.only) - set(SCENARIOS):
+        p.error(f"--only takes letters from {SCENARIOS}, got {args.only!r}")
     if args.baseline_src is not None:
         args.baseline_src = args.baseline_src.resolve()
         if not (args.baseline_src / "src" / "kanin" / "__init__.py").is_file():
@@ -142,6 +153,12 @@ def plan(args: argparse.Namespace) -> list[Point]:
             )
             for x in "cd"
         ]
+    if "h" in args.only:
+        many = ["-x", "50", "-y", "50", "--queues", "50", *MANY_CLIENTS, *timed]
+        points.append(Point("h", "h", MANY_CLIENTS_WHAT, _with_prefix(many), queues=50))
+    if "i" in args.only:
+        slow = [*SLOW_CLIENTS, *timed]
+        points.append(Point("i", "i", SLOW_CLIENTS_WHAT, _with_prefix(slow), queues=10))
     return points
 
 

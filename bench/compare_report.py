@@ -357,9 +357,9 @@ def render(results: dict[str, Any]) -> str:
     settings = results.get("settings", {})
     points = results.get("points", [])
     brokers = brokers_of(results)
-    timed = [p for p in points if p["scenario"] in "abcde"]
+    timed = [p for p in points if p["scenario"] in "abcdeh"]
     confirm_points = [p for p in points if p["scenario"] == "f"]
-    paced = [p for p in points if p["scenario"] == "g"]
+    paced = [p for p in points if p["scenario"] in "gi"]
     title = f"# {_joined([NAMES[b] for b in brokers])}, scenario by scenario"
     processes = "kanin's server" + (", RabbitMQ's beam.smp" if "rabbitmq" in brokers else "")
     lines = [title, "", run_line(results, "compare"), "", *baseline_line(results)]
@@ -372,13 +372,13 @@ def render(results: dict[str, Any]) -> str:
         "",
     ]
     if timed or confirm_points:
-        lines += ["## Throughput and CPU, (a)-(f)", ""]
+        lines += ["## Throughput and CPU, (a)-(f) and (h)", ""]
         lines += throughput_table(timed + confirm_points, brokers)
     if confirm_points:
         lines += ["### (f) Seconds to publish and confirm every message", ""]
         lines += confirm_time_table(confirm_points, brokers)
     if paced:
-        lines += ["## (g) Latency when not saturated", "", *latency_table(paced, brokers)]
+        lines += ["## (g), (i) Latency when not saturated", "", *latency_table(paced, brokers)]
     if results.get("memory"):
         lines += ["## (m) Resident memory", "", *memory_table(results["memory"], brokers)]
     lines += ["## Problems seen in this run", ""]
