@@ -31,7 +31,6 @@ CHROMIUM = next(
 )
 CHROMEDRIVER = shutil.which("chromedriver")
 WAIT_S = 15  # the longest a page may take to show what a test waits for
-PAGES = ["", "connections", "channels", "exchanges", "queues", "users", "vhosts"]
 
 
 @pytest.fixture(scope="module")
@@ -174,6 +173,8 @@ def test_every_page_shows_live_data_without_console_errors(ui: Ui) -> None:
         channel.queue_declare("ui-orders", durable=True)
         channel.exchange_declare("ui-events", "topic")
         channel.basic_qos(prefetch_count=11)
+        limits = {"pattern": "^ui-", "apply-to": "all", "definition": {"max-length": 100}}
+        assert ui.api.put("/api/policies/%2F/ui-limits", limits).status == 201
         for _ in range(3):
             channel.basic_publish("", "ui-orders", b"order")
         _sample_rates(ui.embedded)
@@ -185,10 +186,11 @@ def test_every_page_shows_live_data_without_console_errors(ui: Ui) -> None:
             "channels": "guest",
             "exchanges": "ui-events",
             "queues": "ui-orders",
-            "queue/%2F/ui-orders": "Get messages",
-            "exchange/%2F/ui-events": "Bindings from this exchange",
+            "queue/%2F/ui-orders": '{"max-length":100}',  # the effective policy definition
+            "exchange/%2F/ui-events": "ui-limits",  # its policy
             "users": "administrator",
             "vhosts": "Add a virtual host",
+            "policies": "max-length: 100",
         }
         for page, expected in shown.items():
             ui.show(page, expected)
@@ -294,9 +296,137 @@ def test_users_and_permissions_are_managed_in_the_ui(ui: Ui) -> None:
 @browser_test
 def test_wrong_credentials_are_refused_on_the_login_form(ui: Ui) -> None:
     ui.login("guest", "not-the-password")
-    ui.wait_for(
-        lambda d: "Login failed" in d.find_element("id", "login-error").text, "the refusal"
-    )
+    ui.wait_for(lambda d: "Login failed" in d.find_element("id", "login-error").text, "the refusal")
     assert ui.driver.find_element("id", "shell").is_displayed() is False
     # The only console complaint is the refused request itself.
     assert all("401" in entry["message"] for entry in ui.console_errors())
+
+
+@browser_test
+def test_a_policy_added_in_the_ui_acts_on_a_queue_and_is_deleted_there(ui: Ui) -> None:
+    with _pika(ui.embedded) as connection:
+        channel = connection.channel()
+        channel.queue_declare("ui-capped")
+        for n in range(5):
+            channel.basic_publish("", "ui-capped", str(n).encode())
+        ui.login()
+        ui.show("policies", "No policies")
+        ui.css("#policy-form .definition-key").send_keys("max-length")
+        ui.css("#policy-form .definition-value").send_keys("2")  # typed text, sent as 2
+        ui.fill(
+            "policy-form",
+            name="ui-cap",
+            pattern="^ui-capped$",
+            priority="3",
+            definition_json='{"message-ttl": 60000}',
+            **{"apply-to": "queues"},
+        )
+        ui.text_shown("Policy ui-cap set in /.")
+        assert ui.api.get("/api/policies/%2F/ui-cap").json == {
+            "vhost": "/",
+            "name": "ui-cap",
+            "pattern": "^ui-capped$",
+            "apply-to": "queues",
+            "priority": 3,
+            "definition": {"max-length": 2, "message-ttl": 60000},
+        }
+        # max-length drops from the head: the two newest stay.
+        assert [channel.basic_get("ui-capped", auto_ack=True)[2] for _ in range(3)] == [
+            b"3",
+            b"4",
+            None,
+        ]
+        ui.wait_for(
+            lambda d: "max-length: 2" in d.find_element("id", "policies-list").text, "listed"
+        )
+        ui.show("queues", "ui-capped")
+        ui.wait_for(
+            lambda d: d.find_element("css selector", "#queues-list a.policy-name").text == "ui-cap",
+            "the queue's policy listed",
+        )
+        ui.show("queue/%2F/ui-capped", "message-ttl")
+        assert ui.css("#queue-policy").text == "ui-cap"
+        assert '"max-length":2' in ui.css("#queue-effective-policy").text
+        assert ui.console_errors() == []
+
+        ui.show("policies", "ui-cap")
+        ui.confirm_click("button[data-policy='/ ui-cap']")
+        ui.text_shown("Policy ui-cap deleted from /.")
+        ui.wait_for(lambda d: "No policies" in d.find_element("id", "policies-list").text, "gone")
+        assert ui.api.get("/api/policies/%2F/ui-cap").status == 404
+        assert ui.api.get("/api/queues/%2F/ui-capped").json["policy"] is None
+    assert ui.console_errors() == []
+
+
+@browser_test
+def test_a_listed_policy_is_edited_in_the_form(ui: Ui) -> None:
+    first = {
+        "pattern": "^a",
+        "apply-to": "exchanges",
+        "priority": 7,
+        "definition": {"alternate-exchange": "ae"},
+    }
+    assert ui.api.put("/api/policies/%2F/ui-edit", first).status == 201
+    ui.login()
+    ui.show("policies", "alternate-exchange: ae")
+    ui.css("button[data-edit-policy='/ ui-edit']").click()
+    value = ui.css("#policy-form .definition-value")
+    assert ui.css("#policy-form [name=pattern]").get_attribute("value") == "^a"
+    assert value.get_attribute("value") == "ae"
+    value.clear()
+    value.send_keys("other-ae")
+    ui.css("#policy-form button[type=submit]").click()
+    ui.text_shown("Policy ui-edit set in /.")
+    assert ui.api.get("/api/policies/%2F/ui-edit").json == {
+        **first,
+        "vhost": "/",
+        "name": "ui-edit",
+        "definition": {"alternate-exchange": "other-ae"},
+    }
+
+
+@browser_test
+def test_a_refused_policy_shows_the_brokers_reason(ui: Ui) -> None:
+    ui.login()
+    ui.show("policies", "No policies")
+    ui.css("#policy-form .definition-key").send_keys("max-length")
+    ui.css("#policy-form .definition-value").send_keys("ten")
+    ui.fill("policy-form", name="ui-bad", pattern="(")
+    refusal = ui.css("#policy-refusal")
+    ui.wait_for(lambda d: "pattern should be regular" in refusal.text, "the regex refused")
+    ui.fill("policy-form", pattern="^ok$")
+    ui.wait_for(lambda d: "is not a valid maximum length" in refusal.text, "the value refused")
+    ui.css("#policy-form .definition-value").clear()
+    ui.css("#policy-form .definition-value").send_keys("10")
+    ui.fill("policy-form", definition_json='{"no-such-key": 1}')
+    ui.wait_for(lambda d: "no-such-key" in refusal.text, "the unknown key refused")
+    assert ui.api.get("/api/policies").json == []
+    # The only console complaints are the refused requests.
+    assert all("400" in entry["message"] for entry in ui.console_errors())
+
+
+@browser_test
+def test_equal_chart_series_are_drawn_so_that_both_show(ui: Ui) -> None:
+    ui.login()
+    ui.show("", "Overview")
+    points = [[1000, 1], [6000, 4], [11000, 2]]
+    other = [[1000, 0], [6000, 0], [11000, 0]]
+    styles = ui.driver.execute_async_script(
+        """
+        const [points, other, done] = arguments;
+        import("/ui/chart.js").then(({ lineChart }) => {
+          const chart = lineChart("t", [
+            { label: "Publish", points }, { label: "Publisher confirm", points },
+            { label: "Redelivered", points: other }, { label: "Consumer ack", points },
+          ]);
+          const lines = [...chart.querySelectorAll("polyline")];
+          const dash = (l) => ["stroke-dasharray", "stroke-dashoffset"].map((a) =>
+            l.getAttribute(a));
+          done(lines.map(dash));
+        });
+        """,
+        points,
+        other,
+    )
+    # The first of the equal three solid, the others dashed each in a place of its own.
+    assert styles == [[None, None], ["6 12", "0"], [None, None], ["6 12", "-6"]]

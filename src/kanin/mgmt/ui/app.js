@@ -7,6 +7,7 @@ import { channelsPage, connectionsPage } from "./live.js";
 import { exchangePage, exchangesPage } from "./exchanges.js";
 import { queuePage, queuesPage } from "./queues.js";
 import { usersPage, vhostsPage } from "./access.js";
+import { policiesPage } from "./policies.js";
 
 const REFRESH_MS = 5000;
 
@@ -21,6 +22,7 @@ const PAGES = {
   queue: queuePage,
   users: usersPage,
   vhosts: vhostsPage,
+  policies: policiesPage,
 };
 const NAV = { exchange: "exchanges", queue: "queues", "": "overview" };
 

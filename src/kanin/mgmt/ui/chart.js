@@ -7,6 +7,7 @@ const SVG = "http://www.w3.org/2000/svg";
 const WIDTH = 640;
 const HEIGHT = 190;
 const MARGIN = { left: 56, right: 12, top: 12, bottom: 24 };
+const DASH = 6; // the length of a dash of a series drawn over an equal one
 export const COLOURS = ["#2f6fde", "#e8710a", "#1e8e3e", "#a142f4", "#d93025", "#12a4af", "#777"];
 
 function svg(tag, attributes = {}, ...children) {
@@ -52,7 +53,46 @@ export function pointsFromSamples(samples) {
   return samples.map((s) => [s.timestamp, s.sample]).reverse();
 }
 
-// series: [{label, points: [[timestamp ms, value], ...], dashed}]; unit: text after the
+function colour(index) {
+  return COLOURS[index % COLOURS.length];
+}
+
+// A dashed series' swatch is half its colour, half that of the line it alternates with.
+function swatchStyle(own, under) {
+  if (!under) return `background:${own}`;
+  return `background:linear-gradient(90deg, ${own} 50%, ${under} 50%)`;
+}
+
+// Two series are drawn on one line when every value is the same at the same time
+// (publishes all confirmed, deliveries all acked).
+function coincide(a, b) {
+  if (!a.length || a.length !== b.length) return false;
+  return a.every(([t, v], i) => t === b[i][0] && Math.abs(v - b[i][1]) <= 1e-9 * Math.max(1, Math.abs(v)));
+}
+
+// How each series is drawn: the first of a set of equal series solid, each later one
+// dashed, its dashes in a place of its own along the line, so every colour shows
+// (a later line would otherwise hide an earlier one exactly). `under`: the earlier
+// one it hides, for the legend.
+function strokes(series) {
+  const styles = series.map(() => ({}));
+  const grouped = new Set();
+  series.forEach((first, index) => {
+    if (grouped.has(index)) return;
+    const same = [];
+    for (let other = index + 1; other < series.length; other += 1) {
+      if (!grouped.has(other) && coincide(first.points, series[other].points)) same.push(other);
+    }
+    same.forEach((other, place) => {
+      grouped.add(other);
+      const gap = DASH * same.length;
+      styles[other] = { dasharray: `${DASH} ${gap}`, dashoffset: -DASH * place, under: first.label, underColour: colour(index) };
+    });
+  });
+  return styles;
+}
+
+// series: [{label, points: [[timestamp ms, value], ...]}]; unit: text after the
 // legend's values. Lines are drawn in order, so a later one shows over an earlier one.
 export function lineChart(title, series, unit = "") {
   const all = series.flatMap((s) => s.points);
@@ -82,11 +122,15 @@ export function lineChart(title, series, unit = "") {
   } else {
     drawing.append(svg("text", { x: WIDTH / 2, y: HEIGHT / 2, class: "axis", "text-anchor": "middle" }, "nothing measured yet"));
   }
+  const styles = strokes(series);
   series.forEach((s, index) => {
     if (!s.points.length) return;
     const path = s.points.map(([t, v]) => `${x(t).toFixed(1)},${y(v).toFixed(1)}`).join(" ");
-    const attributes = { points: path, class: "line", stroke: COLOURS[index % COLOURS.length] };
-    if (s.dashed) attributes["stroke-dasharray"] = "5 4";
+    const attributes = { points: path, class: "line", stroke: colour(index) };
+    if (styles[index].dasharray) {
+      attributes["stroke-dasharray"] = styles[index].dasharray;
+      attributes["stroke-dashoffset"] = styles[index].dashoffset;
+    }
     drawing.append(svg("polyline", attributes));
   });
   const legend = h(
@@ -94,10 +138,11 @@ export function lineChart(title, series, unit = "") {
     { class: "legend" },
     series.map((s, index) => {
       const latest = s.points.length ? s.points[s.points.length - 1][1] : 0;
+      const under = styles[index].under;
       return h(
         "li",
-        {},
-        h("span", { class: "swatch", style: `background:${COLOURS[index % COLOURS.length]}` }),
+        { title: under ? `drawn dashed: the same as ${under}` : null },
+        h("span", { class: "swatch", style: swatchStyle(colour(index), styles[index].underColour) }),
         h("span", { class: "legend-label" }, s.label),
         h("span", { class: "legend-value" }, `${shortNumber(latest)}${unit}`),
       );

@@ -4,6 +4,7 @@ import { api, exchangeSeg, features, fmtRate, get, h, seg } from "./api.js";
 import { lineChart, ratesFromSamples } from "./chart.js";
 import { argumentsField, bindingForm, parseObject, publishForm, unbind, vhostSelect } from "./forms.js";
 import { listPage } from "./live.js";
+import { policyLink } from "./policies.js";
 import { dangerButton, facts, field, fill, form, input, link, section, select, table } from "./widgets.js";
 
 export function exchangeHref(vhost, name) {
@@ -48,6 +49,7 @@ export function exchangesPage(root) {
       { title: "Name", cell: (x) => link(exchangeHref(x.vhost, x.name), x.name || "(AMQP default)") },
       { title: "Type", cell: (x) => x.type },
       { title: "Features", cell: (x) => features(x) },
+      { title: "Policy", cell: (x) => policyLink(x.policy) },
       { title: "Rate in", cell: (x) => rate(x, "publish_in"), num: true },
       { title: "Rate out", cell: (x) => rate(x, "publish_out"), num: true },
     ],
@@ -94,6 +96,7 @@ export function exchangePage(root, vhost = "/", urlName = "") {
           ["Type", exchange.type],
           ["Features", features(exchange)],
           ["Arguments", h("code", {}, JSON.stringify(exchange.arguments))],
+          ["Policy", h("span", { id: "exchange-policy" }, policyLink(exchange.policy) || "none")],
           exchange.kanin_delayed_messages !== undefined ? ["Delayed messages", String(exchange.kanin_delayed_messages)] : null,
         ]),
       );

@@ -28,10 +28,10 @@ function card(label, value, id) {
 
 export function queuedChart(holder) {
   const series = [
-    ["Total", "messages_details", true],
-    ["Ready", "messages_ready_details", false],
-    ["Unacked", "messages_unacknowledged_details", false],
-  ].map(([label, key, dashed]) => ({ label, dashed, points: pointsFromSamples(holder[key]?.samples || []) }));
+    ["Total", "messages_details"],
+    ["Ready", "messages_ready_details"],
+    ["Unacked", "messages_unacknowledged_details"],
+  ].map(([label, key]) => ({ label, points: pointsFromSamples(holder[key]?.samples || []) }));
   return lineChart("Queued messages", series);
 }
 

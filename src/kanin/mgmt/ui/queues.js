@@ -5,6 +5,7 @@ import { api, features, fmtNumber, fmtRate, get, h, seg } from "./api.js";
 import { argumentsField, bindingForm, parseObject, publishForm, unbind, vhostSelect } from "./forms.js";
 import { exchangeHref } from "./exchanges.js";
 import { listPage } from "./live.js";
+import { policyLink } from "./policies.js";
 import { queuedChart, ratesChart, spanQuery } from "./overview.js";
 import { dangerButton, facts, field, fill, form, input, link, section, select, table } from "./widgets.js";
 
@@ -57,6 +58,7 @@ export function queuesPage(root) {
       { title: "Name", cell: (q) => link(queueHref(q.vhost, q.name), q.name) },
       { title: "Type", cell: (q) => q.type },
       { title: "Features", cell: (q) => features(q) },
+      { title: "Policy", cell: (q) => policyLink(q.policy) },
       { title: "State", cell: (q) => h("span", { class: `state ${q.state}` }, q.state) },
       { title: "Ready", cell: (q) => fmtNumber(q.messages_ready), num: true },
       { title: "Unacked", cell: (q) => fmtNumber(q.messages_unacknowledged), num: true },
@@ -84,6 +86,8 @@ function queueFacts(queue) {
     queue.messages_paged_out !== undefined ? ["Paged out", fmtNumber(queue.messages_paged_out)] : null,
     queue.kanin_first_offset !== undefined ? ["Offsets", `${queue.kanin_first_offset} to ${queue.kanin_committed_offset}`] : null,
     ["Arguments", h("code", {}, JSON.stringify(queue.arguments))],
+    ["Policy", h("span", { id: "queue-policy" }, policyLink(queue.policy) || "none")],
+    queue.policy ? ["Effective policy definition", h("code", { id: "queue-effective-policy" }, JSON.stringify(queue.effective_policy_definition))] : null,
   ]);
 }
 
