@@ -28,7 +28,9 @@ from pamqp import body, commands, frame, header
 from helpers import start_kanin
 from rawamqp import RawClient
 
-pytestmark = [pytest.mark.kanin_only, pytest.mark.slow]
+# A flood ends as soon as the alarm has held a second; on a busy machine reaching the
+# watermark may take most of FLOOD_SECONDS.
+pytestmark = [pytest.mark.kanin_only, pytest.mark.slow, pytest.mark.timeout(240)]
 
 MiB = 1024 * 1024
 HEADROOM = 100 * MiB
@@ -39,7 +41,7 @@ HEADROOM = 100 * MiB
 # more than it is asked for (arenas, fragmentation). 150 MB covers these with room to
 # spare, while the floods below would each go several hundred MB past it unchecked.
 MARGIN = 150 * MiB
-FLOOD_SECONDS = 20.0  # a flood stops after this, alarm or not
+FLOOD_SECONDS = 60.0  # a flood stops after this, alarm or not
 AFTER_BLOCKED_SECONDS = 1.0  # and goes on this long after the alarm, to show it holds
 QUEUE = "flood"
 CAPABILITIES = {"connection.blocked": True, "authentication_failure_close": True}
