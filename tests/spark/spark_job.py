@@ -16,10 +16,10 @@ there and know where it died:
   batch as committed.
 Queries start one after the other, each once the one before is at its hook or done.
 With hooks the program then waits to be killed. Without, it drains each query with
-`drain_batch` rows per batch: a stream-mode
-query runs with Trigger.AvailableNow to its end, a queue-mode one until its output holds
-`expect` distinct message ids (a queue has no end to run to). Then a batch write ("sink"
-in the plan) may publish what a stream holds to an exchange.
+`drain_batch` rows per batch: a stream-mode query runs with Trigger.AvailableNow to its
+end, a queue-mode one until its output holds `expect` distinct message ids (a queue has
+no end to run to). Then a batch write ("sink" in the plan) may publish what a stream
+holds to an exchange.
 """
 
 from __future__ import annotations

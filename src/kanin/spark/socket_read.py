@@ -1,0 +1,232 @@
+"""A blocking AMQP 0-9-1 consumer on a plain socket, for executors reading one offset range
+of a stream: the hot path of a stream-mode read.
+
+An executor's read is one consumer from one offset to another, nothing else: no other
+channel, no publishing, no reconnecting. The asyncio client spends most of its time per
+delivery on a task, a future and a message object; here frames are cut out of the bytes
+read and a row is built straight from them (pamqp decodes the methods and content
+headers), several times faster. Acks are only credit (a stream removes nothing on ack).
+Heartbeats are turned off (tune-ok heartbeat 0): the reader only runs while Spark pulls
+rows from it, and may sit still for as long as Spark is busy elsewhere.
+"""
+
+from __future__ import annotations
+
+import socket
+import ssl
+import struct
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from pamqp import commands, frame
+from pamqp.common import FieldTable
+from pamqp.header import ContentHeader
+
+from kanin.spark.client import CONNECT_TIMEOUT_S, KaninSparkError, _vhost
+from kanin.spark.options import QUEUE, URI, KaninOptions
+
+PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
+FRAME_MAX = 131072
+CHANNEL = 1
+_FRAME_HEAD = struct.Struct(">BHI")  # type, channel, payload size
+_METHOD, _HEADER, _BODY = 1, 2, 3
+
+
+class Delivery:
+    """One message as it came: the deliver method, its content header, its body."""
+
+    __slots__ = ("body", "deliver", "properties")
+
+    def __init__(self, deliver: commands.Basic.Deliver, properties: Any, body: bytes) -> None:
+        self.deliver = deliver
+        self.properties = properties
+        self.body = body
+
+
+class SocketConsumer:
+    """One connection, one channel, one consumer; `deliveries()` yields what comes, a
+    chunk read from the socket at a time."""
+
+    def __init__(self, options: KaninOptions, idle_timeout_s: float) -> None:
+        self.options = options
+        self.idle_timeout_s = idle_timeout_s
+        self._socket: socket.socket | None = None
+        self._buffer = bytearray()
+        self._at = 0  # where the first frame not yet handed out starts in _buffer
+        self._frame_max = FRAME_MAX
+
+    # -- opening ------------------------------------------------------------------------
+
+    def open(self, prefetch: int, arguments: dict[str, Any]) -> None:
+        self._socket = self._connect()
+        self._socket.sendall(PROTOCOL_HEADER)
+        self._expect(commands.Connection.Start)
+        parts = urlsplit(self.options.uri)
+        user, password = unquote(parts.username or "guest"), unquote(parts.password or "guest")
+        properties: FieldTable = {
+            "connection_name": "kanin.spark stream read",
+            "product": "kanin.spark",
+        }
+        self._send(0, commands.Connection.StartOk(properties, "PLAIN", f"\0{user}\0{password}"))
+        try:
+            tune = self._expect(commands.Connection.Tune, refused_user=user)
+        except ConnectionError:  # how a broker refuses a login to most clients
+            raise KaninSparkError(
+                f"the broker at {self.options.safe_uri} refused user {user!r}: check the "
+                f"user name and password in option {URI!r}"
+            ) from None
+        self._frame_max = min(tune.frame_max or FRAME_MAX, FRAME_MAX)
+        self._send(0, commands.Connection.TuneOk(tune.channel_max, self._frame_max, 0))
+        self._send(0, commands.Connection.Open(_vhost(self.options.uri)))
+        self._expect(commands.Connection.OpenOk)
+        self._call(commands.Channel.Open(), commands.Channel.OpenOk)
+        self._call(commands.Basic.Qos(prefetch_count=prefetch), commands.Basic.QosOk)
+        queue = self.options.queue or ""
+        self._call(commands.Queue.Declare(queue=queue, passive=True), commands.Queue.DeclareOk)
+        consume = commands.Basic.Consume(queue=queue, arguments=arguments)
+        self._call(consume, commands.Basic.ConsumeOk)
+
+    def _connect(self) -> socket.socket:
+        parts = urlsplit(self.options.uri)
+        secure = parts.scheme == "amqps"
+        host = parts.hostname or "localhost"
+        port = parts.port or (5671 if secure else 5672)
+        try:
+            connection = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S)
+        except OSError as error:
+            raise KaninSparkError(
+                f"cannot connect to {self.options.safe_uri} (option {URI!r}): {error!r}"
+            ) from None
+        connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if secure:
+            connection = ssl.create_default_context().wrap_socket(connection, server_hostname=host)
+        connection.settimeout(self.idle_timeout_s)
+        return connection
+
+    def _call(self, method: Any, reply: type) -> Any:
+        self._send(CHANNEL, method)
+        return self._expect(reply)
+
+    def _expect(self, kind: type, refused_user: str | None = None) -> Any:
+        """The next method frame, which must be a `kind`; a close from the broker raises."""
+        while True:
+            for _channel, value in self._frames():
+                if isinstance(value, kind):
+                    return value
+                self._refuse(value, refused_user)
+
+    def _refuse(self, value: Any, refused_user: str | None) -> None:
+        if isinstance(value, commands.Connection.Close | commands.Channel.Close):
+            reason = f"{value.reply_code} {value.reply_text}"
+            if refused_user is not None and value.reply_code == 403:
+                raise KaninSparkError(
+                    f"the broker at {self.options.safe_uri} refused user {refused_user!r}: "
+                    f"check the user name and password in option {URI!r} ({reason})"
+                )
+            if value.reply_code == 404:
+                raise KaninSparkError(
+                    f"no queue {self.options.queue!r} (option {QUEUE!r}) in virtual host "
+                    f"{_vhost(self.options.uri)!r} at {self.options.safe_uri}"
+                )
+            raise KaninSparkError(f"the broker closed the stream read: {reason}")
+
+    # -- reading ------------------------------------------------------------------------
+
+    def deliveries(self) -> Iterator[list[Delivery]]:
+        """What the broker sent, a list per read from the socket (never an empty one)."""
+        deliver: commands.Basic.Deliver | None = None
+        properties: Any = None
+        size = 0
+        parts: list[bytes] = []
+        got: list[Delivery] = []
+        while True:
+            for _channel, value in self._frames():
+                if isinstance(value, commands.Basic.Deliver):
+                    deliver, parts = value, []
+                elif isinstance(value, ContentHeader):
+                    properties, size = value.properties, value.body_size
+                    if size == 0 and deliver is not None:
+                        got.append(Delivery(deliver, properties, b""))
+                        deliver = None
+                elif isinstance(value, bytes):  # a body frame's payload
+                    parts.append(value)
+                    if deliver is not None and sum(map(len, parts)) >= size:
+                        body = parts[0] if len(parts) == 1 else b"".join(parts)
+                        got.append(Delivery(deliver, properties, body))
+                        deliver = None
+                else:
+                    self._refuse(value, None)
+            if got:
+                yield got
+                got = []
+
+    def ack(self, delivery: Delivery) -> None:
+        """Ack every delivery up to this one (credit for the next ones)."""
+        self._send(CHANNEL, commands.Basic.Ack(delivery.deliver.delivery_tag or 0, multiple=True))
+
+    def _frames(self) -> Iterator[tuple[int, Any]]:
+        """The complete frames buffered, after one more read from the socket if there are
+        none: methods and content headers decoded, bodies as their bytes, heartbeats
+        skipped. A frame counts as consumed before it is handed out, so a caller may
+        stop at any frame and the next call goes on after it."""
+        buffer = self._buffer
+        del buffer[: self._at]
+        self._at = 0
+        if self._next_frame_size() is None:
+            self._read()
+        while (size := self._next_frame_size()) is not None:
+            at = self._at
+            kind, channel, _size = _FRAME_HEAD.unpack_from(buffer, at)
+            self._at = at + size + 8
+            if kind == _BODY:
+                yield channel, bytes(buffer[at + 7 : at + 7 + size])
+            elif kind in (_METHOD, _HEADER):
+                yield channel, frame.unmarshal(bytes(buffer[at : at + size + 8]))[2]
+
+    def _next_frame_size(self) -> int | None:
+        """The payload size of the next frame if all of it is buffered."""
+        buffer, at = self._buffer, self._at
+        if len(buffer) - at < 8:
+            return None
+        size: int = _FRAME_HEAD.unpack_from(buffer, at)[2]
+        return size if len(buffer) - at >= size + 8 else None
+
+    def _read(self) -> None:
+        assert self._socket is not None
+        try:
+            chunk = self._socket.recv(1 << 18)
+        except TimeoutError:
+            raise TimeoutError(
+                f"nothing from the broker for {self.idle_timeout_s:.0f} s while reading "
+                f"stream {self.options.queue!r}"
+            ) from None
+        if not chunk:
+            raise ConnectionError(f"the broker closed the connection ({self.options.safe_uri})")
+        self._buffer += chunk
+
+    def _send(self, channel: int, method: Any) -> None:
+        assert self._socket is not None
+        self._socket.sendall(frame.marshal(method, channel))
+
+    # -- closing ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """connection.close, then wait (briefly) for close-ok: never a cancel, which some
+        clients answer by rejecting what they hold, and a stream answers a reject by
+        closing the connection with an error."""
+        connection, self._socket = self._socket, None
+        if connection is None:
+            return
+        try:
+            self._socket = connection
+            connection.settimeout(5.0)
+            self._send(0, commands.Connection.Close(200, "done", 0, 0))
+            while True:
+                if any(isinstance(v, commands.Connection.CloseOk) for _c, v in self._frames()):
+                    break
+        except (OSError, ConnectionError, TimeoutError, KaninSparkError):
+            pass  # closing anyway
+        finally:
+            self._socket = None
+            connection.close()
