@@ -1,13 +1,12 @@
-"""A blocking AMQP 0-9-1 consumer on a plain socket, for executors reading one offset range
-of a stream: the hot path of a stream-mode read.
+"""A blocking AMQP 0-9-1 consumer on a plain socket: the hot path of reading.
 
-An executor's read is one consumer from one offset to another, nothing else: no other
-channel, no publishing, no reconnecting. The asyncio client spends most of its time per
-delivery on a task, a future and a message object; here frames are cut out of the bytes
-read and a row is built straight from them (pamqp decodes the methods and content
-headers), several times faster. Acks are only credit (a stream removes nothing on ack).
-Heartbeats are turned off (tune-ok heartbeat 0): the reader only runs while Spark pulls
-rows from it, and may sit still for as long as Spark is busy elsewhere.
+A stream-mode read on an executor is one consumer from one offset to another, and queue
+mode one consumer in the driver-side source process: no other channel, no publishing.
+The asyncio client spends most of its time per delivery on a task, a future and a
+message object; here frames are cut out of the bytes read and each delivery kept as its
+decoded method, content header and body (pamqp decodes them), several times faster.
+Heartbeats are turned off (tune-ok heartbeat 0): a reader may sit still for as long as
+Spark is busy elsewhere, and the broker must not take it for dead then.
 """
 
 from __future__ import annotations
@@ -15,7 +14,9 @@ from __future__ import annotations
 import socket
 import ssl
 import struct
+import threading
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -48,12 +49,14 @@ class SocketConsumer:
     """One connection, one channel, one consumer; `deliveries()` yields what comes, a
     chunk read from the socket at a time."""
 
-    def __init__(self, options: KaninOptions, idle_timeout_s: float) -> None:
+    def __init__(self, options: KaninOptions, idle_timeout_s: float | None, purpose: str) -> None:
         self.options = options
+        self.purpose = purpose  # in the connection's name, as the broker lists it
         self.idle_timeout_s = idle_timeout_s
         self._socket: socket.socket | None = None
         self._buffer = bytearray()
         self._at = 0  # where the first frame not yet handed out starts in _buffer
+        self._sending = threading.Lock()
         self._frame_max = FRAME_MAX
 
     # -- opening ------------------------------------------------------------------------
@@ -65,7 +68,7 @@ class SocketConsumer:
         parts = urlsplit(self.options.uri)
         user, password = unquote(parts.username or "guest"), unquote(parts.password or "guest")
         properties: FieldTable = {
-            "connection_name": "kanin.spark stream read",
+            "connection_name": f"kanin.spark {self.purpose}",
             "product": "kanin.spark",
         }
         self._send(0, commands.Connection.StartOk(properties, "PLAIN", f"\0{user}\0{password}"))
@@ -101,7 +104,7 @@ class SocketConsumer:
         connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if secure:
             connection = ssl.create_default_context().wrap_socket(connection, server_hostname=host)
-        connection.settimeout(self.idle_timeout_s)
+        connection.settimeout(self.idle_timeout_s)  # None: wait as long as it takes
         return connection
 
     def _call(self, method: Any, reply: type) -> Any:
@@ -198,18 +201,30 @@ class SocketConsumer:
             chunk = self._socket.recv(1 << 18)
         except TimeoutError:
             raise TimeoutError(
-                f"nothing from the broker for {self.idle_timeout_s:.0f} s while reading "
-                f"stream {self.options.queue!r}"
+                f"nothing from the broker for {self.idle_timeout_s} s while reading "
+                f"{self.options.queue!r}"
             ) from None
         if not chunk:
             raise ConnectionError(f"the broker closed the connection ({self.options.safe_uri})")
         self._buffer += chunk
 
     def _send(self, channel: int, method: Any) -> None:
-        assert self._socket is not None
-        self._socket.sendall(frame.marshal(method, channel))
+        connection = self._socket
+        if connection is None:
+            raise ConnectionError("the connection is closed")
+        with self._sending:  # acks may come from another thread than the reader's
+            connection.sendall(frame.marshal(method, channel))
 
     # -- closing ------------------------------------------------------------------------
+
+    def abort(self) -> None:
+        """Drop the connection at once, from any thread (a reader blocked in recv wakes
+        with an error); the broker requeues whatever was delivered and not acked."""
+        connection, self._socket = self._socket, None
+        if connection is not None:
+            with suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+            connection.close()
 
     def close(self) -> None:
         """connection.close, then wait (briefly) for close-ok: never a cancel, which some

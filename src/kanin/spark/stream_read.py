@@ -34,7 +34,7 @@ def read_range(options: KaninOptions, span: OffsetRange) -> Iterator[Row]:
     """The rows of the messages at offsets in `span`, in offset order (blocking)."""
     if span.width <= 0:
         return
-    consumer = SocketConsumer(options, IDLE_TIMEOUT_S)
+    consumer = SocketConsumer(options, IDLE_TIMEOUT_S, "stream read")
     try:
         consumer.open(PREFETCH, {"x-stream-offset": span.start})
         for chunk in consumer.deliveries():
