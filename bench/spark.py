@@ -1,6 +1,6 @@
 """kanin.spark's rates beside the raw clients', on one kanin, on this machine, in one run.
 
-    python bench/spark.py                                   # 200,000 messages, ~5 minutes
+    python bench/spark.py                                   # 200,000 messages, ~10 minutes
     python bench/spark.py --messages 50000 --out /tmp/sp    # a try
 
 writes bench/results/spark.{md,json} (or --out DIR's). A fresh `kanin server` (port 0, its
@@ -8,13 +8,14 @@ own data directory under /tmp) gets N (--messages) messages of --size bytes, and
 moves all N:
 - raw clients, in this process: aio-pika publishing with confirms (--window unconfirmed
   at a time) to a stream and to a classic queue; aio-pika and pika consuming the stream
-  from its first offset (prefetch --prefetch, one multiple ack per 1000); aio-pika
-  consuming the classic queue (same prefetch and acks);
+  from its first offset and the classic queue (prefetch --prefetch, one multiple ack per
+  1000);
 - Spark (local[2], the driver in this process), each into the `noop` sink so only reading
-  counts: a streaming read of the stream (stream mode, --batch offsets per micro-batch,
-  --partitions tasks per batch, Trigger.AvailableNow), a batch read of the stream, a
-  streaming read of the classic queue (mode=queue, --batch per micro-batch), and a batch
-  write of N rows (2 partitions) through the sink to a classic queue.
+  counts: a streaming read of the stream (stream mode, --batch and then 5 x --batch
+  offsets per micro-batch, --partitions tasks per batch, Trigger.AvailableNow), a batch
+  read of the stream, a streaming read of the classic queue (mode=queue, --batch per
+  micro-batch), and a batch write of N rows (2 partitions) through the sink to a
+  classic queue.
 Spark rows/s = N / wall time from the query's start to its end (Spark start-up not
 counted); "steady" leaves out the first micro-batch (Python workers starting cold) and is
 rows / the sum of the other batches' trigger times from Spark's progress reports.
@@ -109,12 +110,13 @@ async def raw_consume(url: str, queue: str, count: int, prefetch: int, stream: b
     return count / elapsed
 
 
-def pika_consume_stream(url: str, count: int, prefetch: int) -> float:
+def pika_consume(url: str, queue: str, count: int, prefetch: int, stream: bool) -> float:
     connection = pika.BlockingConnection(pika.URLParameters(url))
     channel = connection.channel()
     channel.basic_qos(prefetch_count=prefetch)
     started = time.monotonic()
-    deliveries = channel.consume(STREAM, arguments={"x-stream-offset": "first"})
+    arguments = {"x-stream-offset": "first"} if stream else None
+    deliveries = channel.consume(queue, arguments=arguments)
     for seen, (method, _props, _body) in enumerate(deliveries, 1):
         if seen % 1000 == 0 or seen == count:
             channel.basic_ack(method.delivery_tag, multiple=True)
@@ -176,19 +178,21 @@ def streaming_rates(query: Any, started: float, count: int) -> dict[str, Any]:
     }
 
 
-def spark_stream_read(spark: Any, url: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def spark_stream_read(
+    spark: Any, url: str, args: argparse.Namespace, work: Path, batch: int
+) -> dict[str, Any]:
     frame = (
         spark.readStream.format("kanin")
         .option("uri", url)
         .option("queue", STREAM)
-        .option("maxRecordsPerBatch", args.batch)
+        .option("maxRecordsPerBatch", batch)
         .option("numPartitions", args.partitions)
         .load()
     )
     started = time.monotonic()
     query = (
         frame.writeStream.format("noop")
-        .option("checkpointLocation", str(work / "stream-checkpoint"))
+        .option("checkpointLocation", str(work / f"stream-checkpoint-{batch}"))
         .trigger(availableNow=True)
         .start()
     )
@@ -254,17 +258,22 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         raw["aio_pika_consume_stream"] = asyncio.run(
             raw_consume(url, STREAM, n, args.prefetch, True)
         )
-        raw["pika_consume_stream"] = pika_consume_stream(url, n, args.prefetch)
+        raw["pika_consume_stream"] = pika_consume(url, STREAM, n, args.prefetch, True)
         raw["aio_pika_publish_queue"] = asyncio.run(raw_publish(url, QUEUE, n, size, args.window))
         raw["aio_pika_consume_queue"] = asyncio.run(
             raw_consume(url, QUEUE, n, args.prefetch, False)
         )
+        asyncio.run(raw_publish(url, QUEUE, n, size, args.window))  # again, for pika
+        raw["pika_consume_queue"] = pika_consume(url, QUEUE, n, args.prefetch, False)
         asyncio.run(raw_publish(url, QUEUE, n, size, args.window))  # again, for Spark to read
         raw = {key: round(value) for key, value in raw.items()}
         results["raw"] = raw
         spark = spark_session()
         try:
-            results["spark_stream_read"] = spark_stream_read(spark, url, args, work)
+            results["spark_stream_read"] = spark_stream_read(spark, url, args, work, args.batch)
+            results["spark_stream_read_big"] = spark_stream_read(
+                spark, url, args, work, 5 * args.batch
+            )
             results["spark_batch_read"] = spark_batch_read(spark, url, args)
             results["spark_queue_read"] = spark_queue_read(spark, url, args, work)
             results["spark_sink"] = spark_sink(spark, url, args)
@@ -284,16 +293,24 @@ def render(results: dict[str, Any]) -> str:
         ("raw aio-pika consume (stream, from first)", raw["aio_pika_consume_stream"], None, ""),
         ("raw pika consume (stream, from first)", raw["pika_consume_stream"], None, ""),
         ("raw aio-pika consume (classic queue)", raw["aio_pika_consume_queue"], None, ""),
+        ("raw pika consume (classic queue)", raw["pika_consume_queue"], None, ""),
     ]
     stream = results["spark_stream_read"]
     queue = results["spark_queue_read"]
     best_stream_client = max(raw["aio_pika_consume_stream"], raw["pika_consume_stream"])
+    best_queue_client = max(raw["aio_pika_consume_queue"], raw["pika_consume_queue"])
     spark_rows = [
         (
             "Spark streaming read, stream mode",
             stream,
             best_stream_client,
             f"{args['batch']} offsets/batch, {args['partitions']} partitions",
+        ),
+        (
+            "Spark streaming read, stream mode",
+            results["spark_stream_read_big"],
+            best_stream_client,
+            f"{5 * args['batch']} offsets/batch, {args['partitions']} partitions",
         ),
         (
             "Spark batch read of the stream",
@@ -304,7 +321,7 @@ def render(results: dict[str, Any]) -> str:
         (
             "Spark streaming read, queue mode",
             queue,
-            raw["aio_pika_consume_queue"],
+            best_queue_client,
             f"{args['batch']} messages/batch, 1 task",
         ),
         (
@@ -338,6 +355,8 @@ def render(results: dict[str, Any]) -> str:
         "client doing the same: consuming the stream, consuming the queue, publishing to a queue.",
         "",
         f"Stream mode batches: {stream['batches']} rows, {stream['batch_ms']} ms.",
+        f"Stream mode, bigger batches: {results['spark_stream_read_big']['batches']} rows, "
+        f"{results['spark_stream_read_big']['batch_ms']} ms.",
         f"Queue mode batches: {queue['batches']} rows, {queue['batch_ms']} ms.",
         "",
     ]
