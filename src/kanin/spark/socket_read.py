@@ -24,7 +24,7 @@ from pamqp import commands, frame
 from pamqp.common import FieldTable
 from pamqp.header import ContentHeader
 
-from kanin.spark.client import CONNECT_TIMEOUT_S, KaninSparkError, _vhost
+from kanin.spark.client import CONNECT_TIMEOUT_S, KaninSparkError, vhost_name
 from kanin.spark.options import QUEUE, URI, KaninOptions
 
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
@@ -81,7 +81,7 @@ class SocketConsumer:
             ) from None
         self._frame_max = min(tune.frame_max or FRAME_MAX, FRAME_MAX)
         self._send(0, commands.Connection.TuneOk(tune.channel_max, self._frame_max, 0))
-        self._send(0, commands.Connection.Open(_vhost(self.options.uri)))
+        self._send(0, commands.Connection.Open(vhost_name(self.options.uri)))
         self._expect(commands.Connection.OpenOk)
         self._call(commands.Channel.Open(), commands.Channel.OpenOk)
         self._call(commands.Basic.Qos(prefetch_count=prefetch), commands.Basic.QosOk)
@@ -130,9 +130,9 @@ class SocketConsumer:
             if value.reply_code == 404:
                 raise KaninSparkError(
                     f"no queue {self.options.queue!r} (option {QUEUE!r}) in virtual host "
-                    f"{_vhost(self.options.uri)!r} at {self.options.safe_uri}"
+                    f"{vhost_name(self.options.uri)!r} at {self.options.safe_uri}"
                 )
-            raise KaninSparkError(f"the broker closed the stream read: {reason}")
+            raise KaninSparkError(f"the broker closed the {self.purpose} connection: {reason}")
 
     # -- reading ------------------------------------------------------------------------
 
