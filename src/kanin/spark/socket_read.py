@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from pamqp import commands, frame
 from pamqp.common import FieldTable
@@ -32,6 +32,27 @@ FRAME_MAX = 131072
 CHANNEL = 1
 _FRAME_HEAD = struct.Struct(">BHI")  # type, channel, payload size
 _METHOD, _HEADER, _BODY = 1, 2, 3
+
+
+def tls_context(uri: str) -> ssl.SSLContext:
+    """For amqps://: the CA to trust and the client certificate come from the URI's query
+    (cafile, certfile, keyfile), as aio-pika reads them for the connector's other
+    connections; without a cafile, the system's CAs."""
+    query = dict(parse_qsl(urlsplit(uri).query))
+    context = ssl.create_default_context(cafile=query.get("cafile"))
+    if query.get("certfile"):
+        context.load_cert_chain(query["certfile"], query.get("keyfile"))
+    return context
+
+
+def login(uri: str) -> tuple[str, str]:
+    """The SASL mechanism and response: EXTERNAL (the client certificate names the user)
+    when the query says auth=external, else PLAIN with the URI's user and password."""
+    parts = urlsplit(uri)
+    if dict(parse_qsl(parts.query)).get("auth", "").lower() == "external":
+        return "EXTERNAL", ""
+    user, password = unquote(parts.username or "guest"), unquote(parts.password or "guest")
+    return "PLAIN", f"\0{user}\0{password}"
 
 
 class Delivery:
@@ -65,13 +86,13 @@ class SocketConsumer:
         self._socket = self._connect()
         self._socket.sendall(PROTOCOL_HEADER)
         self._expect(commands.Connection.Start)
-        parts = urlsplit(self.options.uri)
-        user, password = unquote(parts.username or "guest"), unquote(parts.password or "guest")
+        user = unquote(urlsplit(self.options.uri).username or "guest")
         properties: FieldTable = {
             "connection_name": f"kanin.spark {self.purpose}",
             "product": "kanin.spark",
         }
-        self._send(0, commands.Connection.StartOk(properties, "PLAIN", f"\0{user}\0{password}"))
+        mechanism, response = login(self.options.uri)
+        self._send(0, commands.Connection.StartOk(properties, mechanism, response))
         try:
             tune = self._expect(commands.Connection.Tune, refused_user=user)
         except ConnectionError:  # how a broker refuses a login to most clients
@@ -103,7 +124,8 @@ class SocketConsumer:
             ) from None
         connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if secure:
-            connection = ssl.create_default_context().wrap_socket(connection, server_hostname=host)
+            context = tls_context(self.options.uri)
+            connection = context.wrap_socket(connection, server_hostname=host)
         connection.settimeout(self.idle_timeout_s)  # None: wait as long as it takes
         return connection
 
