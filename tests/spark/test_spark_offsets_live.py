@@ -17,6 +17,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from spark_helpers import STREAM, channel, declare_stream, publish
 
 from kanin.spark import extent
+from kanin.spark.client import KaninSparkError
 from kanin.spark.offsets import OffsetRange
 from kanin.spark.options import Role, parse_options
 from kanin.spark.reader import KaninStreamReader
@@ -131,3 +132,28 @@ def publish_padded(url: str, queue: str, count: int, start: int) -> None:
             if n == start + count - 1:
                 ch.confirm_delivery()
             ch.basic_publish("", queue, (b"m%d" % n).ljust(100, b"."))
+
+
+def test_a_range_read_gets_bodies_of_any_size_whole(broker: Any) -> None:
+    """Empty bodies, bodies of many frames (kanin's frame_max is 128 KiB), small ones."""
+    queue = declare_stream(broker.url, "sizes")
+    bodies = [b"", b"x" * 300_000, b"small", bytes(range(256)) * 1000, b""]
+    with channel(broker.url) as ch:
+        ch.confirm_delivery()
+        for body in bodies:
+            ch.basic_publish("", queue, body)
+    options = parse_options({"uri": broker.url, "queue": queue}, Role.READ)
+    rows = list(read_range(options, OffsetRange(0, len(bodies))))
+    assert [row[0] for row in rows] == bodies
+    assert [row[8] for row in rows] == list(range(len(bodies)))
+
+
+def test_a_range_read_names_a_missing_stream_and_refused_credentials(broker: Any) -> None:
+    missing = parse_options({"uri": broker.url, "queue": "nowhere"}, Role.READ)
+    with pytest.raises(KaninSparkError, match=r"no queue 'nowhere' \(option 'queue'\)"):
+        list(read_range(missing, OffsetRange(0, 10)))
+    wrong = broker.url.replace("guest:guest@", "guest:wrongpass@")
+    refused = parse_options({"uri": wrong, "queue": "nowhere"}, Role.READ)
+    with pytest.raises(KaninSparkError, match=r"refused user 'guest'") as raised:
+        list(read_range(refused, OffsetRange(0, 10)))
+    assert "wrongpass" not in str(raised.value)

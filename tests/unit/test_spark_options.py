@@ -110,8 +110,10 @@ def test_write_routing_defaults_to_the_queue_through_the_default_exchange() -> N
     assert write(queue="jobs", routingKey="other").publish_routing_key == "other"
 
 
-def test_spark_s_own_checkpoint_option_is_accepted_when_writing() -> None:
+def test_spark_s_own_checkpoint_and_query_name_options_are_accepted_when_writing() -> None:
     assert write(queue="q", checkpointlocation="/tmp/ck").queue == "q"
+    # writeStream.queryName(...) reaches the sink as an option too.
+    assert write(queue="q", checkpointlocation="/tmp/ck", queryname="copies").queue == "q"
 
 
 def test_an_empty_id_column_is_refused() -> None:

@@ -39,11 +39,11 @@ async def connect(options: KaninOptions, purpose: str) -> AbstractConnection:
     except (TimeoutError, OSError, aiormq.exceptions.AMQPError) as error:
         raise KaninSparkError(
             f"cannot connect to {options.safe_uri} (option {URI!r}; is the virtual host "
-            f"{_vhost(options.uri)!r} right?): {error!r}"
+            f"{vhost_name(options.uri)!r} right?): {error!r}"
         ) from None
 
 
-def _vhost(uri: str) -> str:
+def vhost_name(uri: str) -> str:
     path = urlsplit(uri).path
     return unquote(path[1:]) if len(path) > 1 else "/"
 
@@ -64,7 +64,7 @@ async def find_queue(channel: AbstractChannel, options: KaninOptions) -> Abstrac
     except aiormq.exceptions.ChannelNotFoundEntity:
         raise KaninSparkError(
             f"no queue {options.queue!r} (option {QUEUE!r}) in virtual host "
-            f"{_vhost(options.uri)!r} at {options.safe_uri}"
+            f"{vhost_name(options.uri)!r} at {options.safe_uri}"
         ) from None
 
 

@@ -28,8 +28,10 @@ STARTING_OFFSETS = "startingOffsets"
 ENDING_OFFSETS = "endingOffsets"
 NUM_PARTITIONS = "numPartitions"
 MODE = "mode"
-# Spark adds this one itself to a streaming sink's options.
+# Spark adds these itself to a streaming sink's options (queryName when the query has
+# one).
 CHECKPOINT_LOCATION = "checkpointLocation"
+QUERY_NAME = "queryName"
 
 READ_OPTIONS = (
     URI,
@@ -43,7 +45,7 @@ READ_OPTIONS = (
 # Options that only a stream can honour: a queue has no offsets and is read on the driver.
 STREAM_ONLY_OPTIONS = (STARTING_OFFSETS, ENDING_OFFSETS, NUM_PARTITIONS)
 WRITE_OPTIONS = (URI, QUEUE, EXCHANGE, ROUTING_KEY, ID_COLUMN)
-SPARK_OPTIONS = (CHECKPOINT_LOCATION,)
+SPARK_OPTIONS = (CHECKPOINT_LOCATION, QUERY_NAME)
 
 # A stream position: the stream's first retained message, its tail when first asked
 # ("last": only messages appended from then on), or an offset.

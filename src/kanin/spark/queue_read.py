@@ -24,21 +24,17 @@ that batch again. Every row has message_id and redelivered, so a sink can drop c
 
 from __future__ import annotations
 
-import asyncio
+import threading
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
-from aio_pika.abc import AbstractChannel, AbstractConnection, AbstractIncomingMessage
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 
-from kanin.spark import loop
-from kanin.spark.client import close_quietly, connect, find_queue
 from kanin.spark.offsets import next_of, offset_dict
 from kanin.spark.options import QUEUE_MODE_DEFAULT_BATCH, KaninOptions
-from kanin.spark.rows import Row, message_row
-
-CALL_TIMEOUT_S = 60.0
+from kanin.spark.rows import Row, delivery_row
+from kanin.spark.socket_read import Delivery, SocketConsumer
 
 
 class KaninQueueReader(SimpleDataSourceStreamReader):
@@ -68,8 +64,8 @@ class KaninQueueReader(SimpleDataSourceStreamReader):
     def read(self, start: dict[str, Any]) -> tuple[Iterator[Row], dict[str, int]]:
         begin = next_of(start)
         consumer = self._consumer_now()
-        loop.run(consumer.ack_through(begin), CALL_TIMEOUT_S)  # batches Spark committed
-        rows = loop.run(consumer.take(begin, self.batch_size), CALL_TIMEOUT_S)
+        consumer.ack_through(begin)  # batches Spark committed
+        rows = consumer.take(begin, self.batch_size)
         return iter(rows), offset_dict(begin + len(rows))
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Row]:
@@ -79,7 +75,7 @@ class KaninQueueReader(SimpleDataSourceStreamReader):
 
     def commit(self, end: dict[str, Any]) -> None:
         if self._consumer is not None:
-            loop.run(self._consumer.ack_through(next_of(end)), CALL_TIMEOUT_S)
+            self._consumer.ack_through(next_of(end))
 
     def close(self) -> None:
         """For callers outside Spark: Spark's simple stream reader API has no stop(), so
@@ -87,64 +83,67 @@ class KaninQueueReader(SimpleDataSourceStreamReader):
         requeues what was not acked)."""
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            loop.run(consumer.close(), CALL_TIMEOUT_S)
+            consumer.close()
 
     def _consumer_now(self) -> _QueueConsumer:
         """The consumer, started on first use and again if the broker dropped it (what it
         had not acked is redelivered by the broker, so its pending acks are dropped)."""
         if self._consumer is None or self._consumer.closed:
             self._consumer = _QueueConsumer(self.options, self.batch_size)
-            loop.run(self._consumer.start(), CALL_TIMEOUT_S)
+            self._consumer.start()
         return self._consumer
 
 
 class _QueueConsumer:
-    """The asyncio half: one connection, one consumer, deliveries buffered until a batch
-    takes them, and per batch handed over, the delivery to ack it with."""
+    """One connection and one consumer on a plain socket (socket_read.py), its deliveries
+    read by a thread of its own into a buffer until a batch takes them; per batch handed
+    over, the delivery to ack it with. Heartbeats are off, so the connection lives while
+    the source process sits blocked on the JVM for the length of a micro-batch."""
 
     def __init__(self, options: KaninOptions, batch_size: int) -> None:
         self.options = options
         self.prefetch = 2 * batch_size
-        self._connection: AbstractConnection | None = None
-        self._channel: AbstractChannel | None = None
-        self._buffer: deque[AbstractIncomingMessage] = deque()
+        self._socket = SocketConsumer(options, idle_timeout_s=None, purpose="queue read")
+        self._buffer: deque[Delivery] = deque()
         # (end offset of a batch, its last delivery), oldest first, not yet acked.
-        self._unacked: deque[tuple[int, AbstractIncomingMessage]] = deque()
+        self._unacked: deque[tuple[int, Delivery]] = deque()
+        self._reading: threading.Thread | None = None
+        self.closed = False
 
     @property
     def waiting(self) -> int:
         return len(self._buffer)  # a deque's length is safe to read from another thread
 
-    @property
-    def closed(self) -> bool:
-        channel = self._channel
-        return channel is None or channel.is_closed
+    def start(self) -> None:
+        self._socket.open(self.prefetch, {})
+        self._reading = threading.Thread(target=self._read, name="kanin-queue-read", daemon=True)
+        self._reading.start()
 
-    async def start(self) -> None:
-        self._connection = await connect(self.options, "queue read")
-        self._channel = await self._connection.channel()
-        await self._channel.set_qos(prefetch_count=self.prefetch)
-        queue = await find_queue(self._channel, self.options)
-        await queue.consume(self._on_message)
+    def _read(self) -> None:
+        try:
+            for chunk in self._socket.deliveries():
+                self._buffer.extend(chunk)
+        except Exception:  # the connection went: the broker requeues what was not acked
+            self.closed = True
 
-    async def _on_message(self, message: AbstractIncomingMessage) -> None:
-        self._buffer.append(message)
-
-    async def take(self, begin: int, most: int) -> list[Row]:
+    def take(self, begin: int, most: int) -> list[Row]:
         """Rows of up to `most` buffered deliveries, the batch [begin, begin + count)."""
-        await asyncio.sleep(0)  # let deliveries already read from the socket land
         taken = [self._buffer.popleft() for _ in range(min(most, len(self._buffer)))]
         if taken:
             self._unacked.append((begin + len(taken), taken[-1]))
-        return [message_row(message, None) for message in taken]
+        return [delivery_row(d, d.properties.headers or {}, None) for d in taken]
 
-    async def ack_through(self, end: int) -> None:
+    def ack_through(self, end: int) -> None:
         """Ack every batch ending at or before `end`, with one multiple ack."""
         last = None
         while self._unacked and self._unacked[0][0] <= end:
             last = self._unacked.popleft()[1]
         if last is not None:
-            await last.ack(multiple=True)
+            try:
+                self._socket.ack(last)
+            except OSError:  # gone: the broker redelivers them, as after a crash
+                self.closed = True
 
-    async def close(self) -> None:
-        await close_quietly(self._connection)
+    def close(self) -> None:
+        self.closed = True
+        self._socket.abort()

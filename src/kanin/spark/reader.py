@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import pyarrow as pa
 from aio_pika.abc import AbstractConnection
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -30,6 +31,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from kanin.spark import loop
+from kanin.spark.arrow import record_batches
 from kanin.spark.client import close_quietly, connect
 from kanin.spark.extent import ExtentProbe
 from kanin.spark.offsets import (
@@ -42,10 +44,15 @@ from kanin.spark.offsets import (
     split_range,
 )
 from kanin.spark.options import KaninOptions
-from kanin.spark.rows import Row
 from kanin.spark.stream_read import read_range
 
 PROBE_TIMEOUT_S = 60.0
+
+
+def _read_partition(options: KaninOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """A range's rows, as Arrow record batches: PySpark takes those as they are."""
+    assert isinstance(partition, StreamRange)
+    return record_batches(read_range(options, OffsetRange(partition.start, partition.end)))
 
 
 class StreamRange(InputPartition):
@@ -134,9 +141,8 @@ class KaninStreamReader(_ProbingReader, DataSourceStreamReader, SupportsTriggerA
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[StreamRange]:
         return self._ranges(OffsetRange(next_of(start), next_of(end)))
 
-    def read(self, partition: InputPartition) -> Iterator[Row]:
-        assert isinstance(partition, StreamRange)
-        return read_range(self.options, OffsetRange(partition.start, partition.end))
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_partition(self.options, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: a stream keeps its messages whatever readers do."""
@@ -163,6 +169,5 @@ class KaninBatchReader(_ProbingReader, DataSourceReader):
         ranges = self._ranges(OffsetRange(start, end))
         return ranges or [StreamRange(start, start)]  # Spark wants at least one
 
-    def read(self, partition: InputPartition) -> Iterator[Row]:
-        assert isinstance(partition, StreamRange)
-        return read_range(self.options, OffsetRange(partition.start, partition.end))
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_partition(self.options, partition)

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from aio_pika.abc import AbstractIncomingMessage
 
+    from kanin.spark.socket_read import Delivery
+
 READ_SCHEMA = (
     "body binary, routing_key string, exchange string, headers map<string,string>, "
     "message_id string, correlation_id string, timestamp timestamp, redelivered boolean, "
@@ -58,6 +60,22 @@ def message_row(message: AbstractIncomingMessage, offset: int | None) -> Row:
         message.correlation_id,
         message.timestamp,
         bool(message.redelivered),
+        offset,
+    )
+
+
+def delivery_row(delivery: Delivery, headers: Mapping[str, Any], offset: int | None) -> Row:
+    """The row of a delivery read off the socket (socket_read.py), its headers decoded."""
+    deliver, properties = delivery.deliver, delivery.properties
+    return (
+        delivery.body,
+        deliver.routing_key or "",
+        deliver.exchange or "",
+        headers_as_text(headers),
+        properties.message_id,
+        properties.correlation_id,
+        properties.timestamp,
+        bool(deliver.redelivered),
         offset,
     )
 

@@ -1,0 +1,383 @@
+"""kanin.spark's rates beside the raw clients', on one kanin, on this machine, in one run.
+
+    python bench/spark.py                                   # 200,000 messages, ~10 minutes
+    python bench/spark.py --messages 50000 --out /tmp/sp    # a try
+
+writes bench/results/spark.{md,json} (or --out DIR's). A fresh `kanin server` (port 0, its
+own data directory under /tmp) gets N (--messages) messages of --size bytes, and each path
+moves all N:
+- raw clients, in this process: aio-pika publishing with confirms (--window unconfirmed
+  at a time) to a stream and to a classic queue; aio-pika and pika consuming the stream
+  from its first offset and the classic queue (prefetch --prefetch, one multiple ack per
+  1000);
+- Spark (local[2], the driver in this process), each into the `noop` sink so only reading
+  counts: a streaming read of the stream (stream mode, --batch and then 5 x --batch
+  offsets per micro-batch, --partitions tasks per batch, Trigger.AvailableNow), a batch
+  read of the stream, a streaming read of the classic queue (mode=queue, --batch per
+  micro-batch), and a batch write of N rows (2 partitions) through the sink to a
+  classic queue.
+Spark rows/s = N / wall time from the query's start to its end (Spark start-up not
+counted); "steady" leaves out the first micro-batch (Python workers starting cold) and is
+rows / the sum of the other batches' trigger times from Spark's progress reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aio_pika
+import pika
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(ROOT / "src"))
+# This checkout's kanin, for the broker subprocess and Spark's Python workers too.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
+)
+
+from harness import Kanin, write_results  # noqa: E402
+
+STREAM = "bench.spark.stream"
+QUEUE = "bench.spark.queue"
+OUT = "bench.spark.out"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--size", type=int, default=100, help="body bytes")
+    parser.add_argument("--batch", type=int, default=20_000, help="maxRecordsPerBatch")
+    parser.add_argument("--partitions", type=int, default=2, help="numPartitions (stream mode)")
+    parser.add_argument("--window", type=int, default=1000, help="raw publish: unconfirmed")
+    parser.add_argument("--prefetch", type=int, default=2000, help="raw consume: basic.qos")
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    return parser.parse_args()
+
+
+# -- raw clients ------------------------------------------------------------------------
+
+
+async def raw_publish(url: str, queue: str, count: int, size: int, window: int) -> float:
+    connection = await aio_pika.connect(url)
+    channel = await connection.channel(publisher_confirms=True)
+    body = b"x" * size
+    started = time.monotonic()
+    for first in range(0, count, window):
+        sends = [
+            channel.default_exchange.publish(
+                aio_pika.Message(body, message_id=f"m{n}", delivery_mode=2), queue
+            )
+            for n in range(first, min(count, first + window))
+        ]
+        await asyncio.gather(*sends)
+    elapsed = time.monotonic() - started
+    await connection.close()
+    return count / elapsed
+
+
+async def raw_consume(url: str, queue: str, count: int, prefetch: int, stream: bool) -> float:
+    connection = await aio_pika.connect(url)
+    channel = await connection.channel()
+    await channel.set_qos(prefetch_count=prefetch)
+    target = await channel.declare_queue(queue, passive=True)
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    seen = 0
+
+    async def on_message(message: aio_pika.abc.AbstractIncomingMessage) -> None:
+        nonlocal seen
+        seen += 1
+        if seen % 1000 == 0 or seen == count:
+            await message.ack(multiple=True)
+        if seen >= count and not done.done():
+            done.set_result(None)
+
+    started = time.monotonic()
+    arguments = {"x-stream-offset": "first"} if stream else None
+    await target.consume(on_message, arguments=arguments)
+    await done
+    elapsed = time.monotonic() - started
+    await connection.close()
+    return count / elapsed
+
+
+def pika_consume(url: str, queue: str, count: int, prefetch: int, stream: bool) -> float:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=prefetch)
+    started = time.monotonic()
+    arguments = {"x-stream-offset": "first"} if stream else None
+    deliveries = channel.consume(queue, arguments=arguments)
+    for seen, (method, _props, _body) in enumerate(deliveries, 1):
+        if seen % 1000 == 0 or seen == count:
+            channel.basic_ack(method.delivery_tag, multiple=True)
+        if seen >= count:
+            break
+    elapsed = time.monotonic() - started
+    connection.close()  # not cancel: pika would reject what it holds, and a stream
+    return count / elapsed  # answers a reject by closing the connection
+
+
+def declare(url: str) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.queue_declare(STREAM, durable=True, arguments={"x-queue-type": "stream"})
+    channel.queue_declare(QUEUE, durable=True)
+    channel.queue_declare(OUT, durable=True)
+    connection.close()
+
+
+# -- Spark ------------------------------------------------------------------------------
+
+
+def spark_session() -> Any:
+    os.environ.update(
+        {
+            "SPARK_LOCAL_IP": "127.0.0.1",
+            "PYSPARK_PYTHON": sys.executable,
+        }
+    )
+    from pyspark.sql import SparkSession
+
+    import kanin.spark
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("kanin-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    kanin.spark.register(spark)
+    return spark
+
+
+def streaming_rates(query: Any, started: float, count: int) -> dict[str, Any]:
+    elapsed = time.monotonic() - started
+    batches = [p for p in query.recentProgress if p["numInputRows"]]
+    steady = batches[1:]
+    steady_rows = sum(p["numInputRows"] for p in steady)
+    steady_ms = sum(p["durationMs"]["triggerExecution"] for p in steady)
+    return {
+        "rows": sum(p["numInputRows"] for p in batches),
+        "seconds": round(elapsed, 2),
+        "rows_per_s": round(count / elapsed),
+        "steady_rows_per_s": round(steady_rows / (steady_ms / 1000)) if steady_ms else None,
+        "batches": [p["numInputRows"] for p in batches],
+        "batch_ms": [p["durationMs"]["triggerExecution"] for p in batches],
+    }
+
+
+def spark_stream_read(
+    spark: Any, url: str, args: argparse.Namespace, work: Path, batch: int
+) -> dict[str, Any]:
+    frame = (
+        spark.readStream.format("kanin")
+        .option("uri", url)
+        .option("queue", STREAM)
+        .option("maxRecordsPerBatch", batch)
+        .option("numPartitions", args.partitions)
+        .load()
+    )
+    started = time.monotonic()
+    query = (
+        frame.writeStream.format("noop")
+        .option("checkpointLocation", str(work / f"stream-checkpoint-{batch}"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return streaming_rates(query, started, args.messages)
+
+
+def spark_queue_read(spark: Any, url: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    frame = (
+        spark.readStream.format("kanin")
+        .option("uri", url)
+        .option("queue", QUEUE)
+        .option("mode", "queue")
+        .option("maxRecordsPerBatch", args.batch)
+        .load()
+    )
+    started = time.monotonic()
+    query = (
+        frame.writeStream.format("noop")
+        .option("checkpointLocation", str(work / "queue-checkpoint"))
+        .start()
+    )
+    while sum(p["numInputRows"] for p in query.recentProgress) < args.messages:
+        if query.exception() is not None:
+            raise RuntimeError(query.exception())
+        time.sleep(0.05)
+    rates = streaming_rates(query, started, args.messages)
+    query.stop()
+    return rates
+
+
+def spark_batch_read(spark: Any, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    started = time.monotonic()
+    reader = spark.read.format("kanin").option("uri", url).option("queue", STREAM)
+    reader.option("numPartitions", args.partitions).load().write.format("noop").mode(
+        "overwrite"
+    ).save()
+    elapsed = time.monotonic() - started
+    return {"seconds": round(elapsed, 2), "rows_per_s": round(args.messages / elapsed)}
+
+
+def spark_sink(spark: Any, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    frame = spark.range(0, args.messages, 1, 2).selectExpr(f"repeat('x', {args.size}) AS body")
+    started = time.monotonic()
+    frame.write.format("kanin").option("uri", url).option("queue", OUT).mode("append").save()
+    elapsed = time.monotonic() - started
+    return {"seconds": round(elapsed, 2), "rows_per_s": round(args.messages / elapsed)}
+
+
+# -- the run ----------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    kanin = Kanin(work / "kanin")
+    kanin.start()
+    url = kanin.uri
+    results: dict[str, Any] = {}
+    try:
+        declare(url)
+        n, size = args.messages, args.size
+        raw = results["raw"] = {}
+        raw["aio_pika_publish_stream"] = asyncio.run(raw_publish(url, STREAM, n, size, args.window))
+        raw["aio_pika_consume_stream"] = asyncio.run(
+            raw_consume(url, STREAM, n, args.prefetch, True)
+        )
+        raw["pika_consume_stream"] = pika_consume(url, STREAM, n, args.prefetch, True)
+        raw["aio_pika_publish_queue"] = asyncio.run(raw_publish(url, QUEUE, n, size, args.window))
+        raw["aio_pika_consume_queue"] = asyncio.run(
+            raw_consume(url, QUEUE, n, args.prefetch, False)
+        )
+        asyncio.run(raw_publish(url, QUEUE, n, size, args.window))  # again, for pika
+        raw["pika_consume_queue"] = pika_consume(url, QUEUE, n, args.prefetch, False)
+        asyncio.run(raw_publish(url, QUEUE, n, size, args.window))  # again, for Spark to read
+        raw = {key: round(value) for key, value in raw.items()}
+        results["raw"] = raw
+        spark = spark_session()
+        try:
+            results["spark_stream_read"] = spark_stream_read(spark, url, args, work, args.batch)
+            results["spark_stream_read_big"] = spark_stream_read(
+                spark, url, args, work, 5 * args.batch
+            )
+            results["spark_batch_read"] = spark_batch_read(spark, url, args)
+            results["spark_queue_read"] = spark_queue_read(spark, url, args, work)
+            results["spark_sink"] = spark_sink(spark, url, args)
+        finally:
+            spark.stop()
+    finally:
+        kanin.stop()
+    return results
+
+
+def render(results: dict[str, Any]) -> str:
+    args = results["args"]
+    raw = results["raw"]
+    rows = [
+        ("raw aio-pika publish, confirms (stream)", raw["aio_pika_publish_stream"], None, ""),
+        ("raw aio-pika publish, confirms (classic queue)", raw["aio_pika_publish_queue"], None, ""),
+        ("raw aio-pika consume (stream, from first)", raw["aio_pika_consume_stream"], None, ""),
+        ("raw pika consume (stream, from first)", raw["pika_consume_stream"], None, ""),
+        ("raw aio-pika consume (classic queue)", raw["aio_pika_consume_queue"], None, ""),
+        ("raw pika consume (classic queue)", raw["pika_consume_queue"], None, ""),
+    ]
+    stream = results["spark_stream_read"]
+    queue = results["spark_queue_read"]
+    best_stream_client = max(raw["aio_pika_consume_stream"], raw["pika_consume_stream"])
+    best_queue_client = max(raw["aio_pika_consume_queue"], raw["pika_consume_queue"])
+    spark_rows = [
+        (
+            "Spark streaming read, stream mode",
+            stream,
+            best_stream_client,
+            f"{args['batch']} offsets/batch, {args['partitions']} partitions",
+        ),
+        (
+            "Spark streaming read, stream mode",
+            results["spark_stream_read_big"],
+            best_stream_client,
+            f"{5 * args['batch']} offsets/batch, {args['partitions']} partitions",
+        ),
+        (
+            "Spark batch read of the stream",
+            results["spark_batch_read"],
+            best_stream_client,
+            f"{args['partitions']} partitions",
+        ),
+        (
+            "Spark streaming read, queue mode",
+            queue,
+            best_queue_client,
+            f"{args['batch']} messages/batch, 1 task",
+        ),
+        (
+            "Spark batch write through the sink",
+            results["spark_sink"],
+            raw["aio_pika_publish_queue"],
+            "2 partitions, confirm window 1000",
+        ),
+    ]
+    lines = [
+        "# kanin.spark beside the raw clients",
+        "",
+        f"Command: `{results['command']}`",
+        "",
+        f"{args['messages']:,} messages of {args['size']} bytes on one `kanin server`; "
+        f"{results['machine']}. bench/spark.py's docstring says what each figure is.",
+        "",
+        "| path | rows/s | steady rows/s | ÷ raw client | batches |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for name, rate, _raw, _note in rows:
+        lines.append(f"| {name} | {rate:,} | | | |")
+    for name, figures, client, note in spark_rows:
+        steady = figures.get("steady_rows_per_s")
+        shown = f"{steady:,}" if steady else ""
+        ratio = (steady or figures["rows_per_s"]) / client
+        lines.append(f"| {name} | {figures['rows_per_s']:,} | {shown} | {ratio:.2f} | {note} |")
+    lines += [
+        "",
+        "÷ raw client: the steady rate (or the whole rate, for batch jobs) over the fastest raw",
+        "client doing the same: consuming the stream, consuming the queue, publishing to a queue.",
+        "",
+        f"Stream mode batches: {stream['batches']} rows, {stream['batch_ms']} ms.",
+        f"Stream mode, bigger batches: {results['spark_stream_read_big']['batches']} rows, "
+        f"{results['spark_stream_read_big']['batch_ms']} ms.",
+        f"Queue mode batches: {queue['batches']} rows, {queue['batch_ms']} ms.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    args = parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="kanin-bench-spark-") as work:
+        results = run(args, Path(work))
+    results["args"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    results["command"] = "python " + " ".join(["bench/spark.py", *sys.argv[1:]])
+    load = os.getloadavg()[0]
+    results["machine"] = (
+        f"{os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"load average {load:.1f} at the end"
+    )
+    report = write_results(args.out, "spark", results, render)
+    print(report.read_text())
+
+
+if __name__ == "__main__":
+    main()

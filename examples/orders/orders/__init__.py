@@ -1,0 +1,1 @@
+"""An order pipeline on kanin and Spark: see examples/orders/README.md."""
