@@ -11,30 +11,14 @@ folders (for functions the tests hand to Spark) on their path.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from driver_process import spark_environment
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-HERE = Path(__file__).resolve().parent
-SRC = HERE.parent.parent / "src"
-
-
-def _worker_environment() -> dict[str, str]:
-    path = [str(SRC), str(HERE), str(HERE.parent)]
-    if os.environ.get("PYTHONPATH"):
-        path.append(os.environ["PYTHONPATH"])
-    return {
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-        "PYSPARK_DRIVER_PYTHON": sys.executable,
-        "PYTHONPATH": os.pathsep.join(path),
-    }
 
 
 @pytest.fixture(scope="session")
@@ -44,7 +28,7 @@ def spark() -> Iterator[SparkSession]:
     import kanin.spark
 
     saved = dict(os.environ)
-    os.environ.update(_worker_environment())  # the JVM and its workers inherit these
+    os.environ.update(spark_environment())  # the JVM and its workers inherit these
     session = (
         SparkSession.builder.master("local[2,4]")
         .appName("kanin-spark-tests")

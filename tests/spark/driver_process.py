@@ -24,18 +24,22 @@ JOB = HERE / "spark_job.py"
 SRC = HERE.parent.parent / "src"
 
 
-def driver_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+def spark_environment() -> dict[str, str]:
+    """What a Spark driver and its Python workers need here: loopback, this Python, and
+    kanin and the test helpers importable."""
     path = [str(SRC), str(HERE), str(HERE.parent)]
     if os.environ.get("PYTHONPATH"):
         path.append(os.environ["PYTHONPATH"])
     return {
-        **os.environ,
         "SPARK_LOCAL_IP": "127.0.0.1",
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join(path),
-        **(extra or {}),
     }
+
+
+def driver_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {**os.environ, **spark_environment(), **(extra or {})}
 
 
 class Driver:
