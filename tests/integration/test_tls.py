@@ -6,13 +6,15 @@ TLS, and the management API and metrics over HTTPS."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import socket
 import ssl
+import time
 import urllib.error
 import urllib.request
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,24 @@ def round_trip(connection: BlockingConnection, queue: str) -> None:
     wait_for(connection, lambda: got == [b"over tls"], message=f"nothing consumed: {got}")
 
 
+@pytest.fixture
+def refusals(caplog: pytest.LogCaptureFixture) -> Callable[[str], str]:
+    """Waits for the broker's warning about a failed TLS handshake that contains `text`
+    (the broker logs on its own thread) and returns it."""
+    caplog.set_level(logging.WARNING, logger="kanin.server.tls")
+
+    def wait(text: str) -> str:
+        for _ in range(1500):
+            lines = [r.getMessage() for r in caplog.records if r.name == "kanin.server.tls"]
+            found = [line for line in lines if text in line]
+            if found:
+                return found[0]
+            time.sleep(0.01)
+        raise AssertionError(f"no failed TLS handshake logged with {text!r}: {lines}")
+
+    return wait
+
+
 def users_connected(broker: EmbeddedBroker) -> list[tuple[str, str, str]]:
     """(user, mechanism, TLS protocol) of each open connection, read on the broker's loop."""
     return broker.call(
@@ -139,7 +159,9 @@ def test_aio_pika_publishes_and_consumes_on_an_amqps_url(certs: Certificates) ->
         assert asyncio.run(asyncio.wait_for(scenario(url), 20)) == b"amqps"
 
 
-def test_tls_1_1_is_refused_by_the_broker(certs: Certificates) -> None:
+def test_tls_1_1_is_refused_by_the_broker(
+    certs: Certificates, refusals: Callable[[str], str]
+) -> None:
     context = certs.client_context(with_certificate=False)
     context.set_ciphers("DEFAULT:@SECLEVEL=0")  # else this client would not offer TLS 1.1
     with warnings.catch_warnings():
@@ -160,6 +182,8 @@ def test_tls_1_1_is_refused_by_the_broker(certs: Certificates) -> None:
             pytest.raises(ssl.SSLError),
         ):
             context.wrap_socket(sock, server_hostname="localhost")
+        line = refusals("TLS handshake with 127.0.0.1:")
+        assert "unsupported protocol (the client offers no TLS version" in line
 
 
 # -- EXTERNAL --------------------------------------------------------------------------------
@@ -212,22 +236,28 @@ def test_external_is_not_offered_to_a_client_without_a_certificate(certs: Certif
 # -- certificates refused, clients that do not speak TLS -------------------------------------
 
 
-def test_a_client_certificate_from_an_unknown_ca_is_refused(certs: Certificates) -> None:
+def test_a_client_certificate_from_an_unknown_ca_is_refused(
+    certs: Certificates, refusals: Callable[[str], str]
+) -> None:
     with tls_broker(certs) as broker:
         good = pika.BlockingConnection(external(broker, certs.client_context()))
         with pytest.raises(pika.exceptions.AMQPConnectionError):
             pika.BlockingConnection(tls_params(broker, certs.rogue_client_context()))
         round_trip(good, "still-served")  # the refusal did not disturb it
+        assert "client certificate refused: unable to get local issuer" in refusals("refused")
         # The refused client never became a connection (guest would have logged in).
         assert [user[:2] for user in users_connected(broker)] == [(CLIENT_DN, "EXTERNAL")]
         good.close()
 
 
-def test_fail_if_no_peer_cert_refuses_a_client_without_one(certs: Certificates) -> None:
+def test_fail_if_no_peer_cert_refuses_a_client_without_one(
+    certs: Certificates, refusals: Callable[[str], str]
+) -> None:
     with tls_broker(certs, tls_fail_if_no_peer_cert=True) as broker:
         without = certs.client_context(with_certificate=False)
         with pytest.raises(pika.exceptions.AMQPConnectionError):
             pika.BlockingConnection(tls_params(broker, without))
+        refusals("a client certificate is required")
         with pika.BlockingConnection(tls_params(broker, certs.client_context())) as connection:
             round_trip(connection, "with-certificate")
 
@@ -242,19 +272,26 @@ def test_without_verify_peer_no_certificate_is_asked_for(certs: Certificates) ->
 
 
 @pytest.mark.parametrize(
-    "sent",
-    [b"AMQP\x00\x00\x09\x01", b"\x16\x03\x01\x00\x05hello", b"GET / HTTP/1.1\r\n\r\n", b""],
+    ("sent", "logged"),
+    [
+        (b"AMQP\x00\x00\x09\x01", "not TLS: a plain AMQP client on the amqps port?"),
+        (b"\x16\x03\x01\x00\x05hello", "TLS handshake with 127.0.0.1:"),
+        (b"GET / HTTP/1.1\r\n\r\n", "plain HTTP on the amqps port"),
+        (b"", "no handshake in time"),
+    ],
     ids=["amqp-header", "broken-hello", "http", "nothing"],
 )
-def test_a_client_not_speaking_tls_is_dropped_and_disturbs_nobody(
-    certs: Certificates, sent: bytes
+def test_a_client_not_speaking_tls_is_dropped_logged_and_disturbs_nobody(
+    certs: Certificates, sent: bytes, logged: str, refusals: Callable[[str], str]
 ) -> None:
     with tls_broker(certs, handshake_timeout_s=1.0) as broker:
         good = pika.BlockingConnection(tls_params(broker, certs.client_context()))
         with socket.create_connection(("127.0.0.1", broker.tls_port), timeout=10) as sock:
+            port = sock.getsockname()[1]
             sock.sendall(sent)  # nothing: the TLS handshake times out (handshake_timeout_s)
             while sock.recv(4096):  # whatever comes back (an alert), then the broker hangs up
                 pass
+        assert f":{port} failed" in refusals(logged)  # about this client
         round_trip(good, "undisturbed")
         good.close()
         with pika.BlockingConnection(tls_params(broker, certs.client_context())) as again:

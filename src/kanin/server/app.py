@@ -21,7 +21,7 @@ from kanin.prometheus.app import build_metrics_app
 from kanin.server.bugs import loop_exception_handler
 from kanin.server.datadir_lock import DataDirLock
 from kanin.server.disk import DiskMonitor
-from kanin.server.listeners import HttpListener, addresses, listen_amqp, start_http
+from kanin.server.listeners import HttpListener, Listener, addresses, listen_amqp, start_http
 from kanin.server.rss import (
     RssReader,
     RssWatch,
@@ -50,7 +50,7 @@ class BrokerServer:
         self.disk: DiskMonitor | None = None
         self.rss: RssReader | None = None
         self._rss_watch: RssWatch | None = None
-        self._servers: list[asyncio.Server] = []
+        self._servers: list[Listener] = []
         self._lock: DataDirLock | None = None
         self._gc_thresholds: tuple[int, int, int] | None = None  # what start replaced
         self.mgmt: MgmtServer | None = None

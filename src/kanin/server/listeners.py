@@ -9,8 +9,9 @@ import errno
 import logging
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -20,28 +21,52 @@ from kanin.errors import StartupError
 from kanin.mgmt.context import MgmtContext
 from kanin.mgmt.server import MgmtServer
 from kanin.server.connection import AMQPConnection
+from kanin.server.tls_accept import TlsListener, listening_sockets
 
 log = logging.getLogger("kanin.server.app")
 
 Address = tuple[str, int]
 
 
+class Listener(Protocol):
+    """What the broker keeps of a listener: asyncio.Server, or amqps' TlsListener."""
+
+    @property
+    def sockets(self) -> Sequence[SocketLike]: ...
+
+    def close(self) -> None: ...
+
+    async def wait_closed(self) -> None: ...
+
+
+class SocketLike(Protocol):
+    def getsockname(self) -> Any: ...
+
+
+BACKLOG = 1024
+
+
 async def listen_amqp(
     broker: Broker, config: BrokerConfig, tls: ssl.SSLContext | None = None
-) -> asyncio.Server:
-    """The AMQP listener on config.port, or the amqps one on config.tls_port with `tls`."""
+) -> Listener:
+    """The AMQP listener on config.port, or the amqps one on config.tls_port with `tls`
+    (server/tls_accept.py: kanin runs the handshakes, to log those that fail; the session's
+    own handshake timer starts once TLS is up)."""
     bind, port = config.bind, config.tls_port if tls is not None else config.port
+    server: Listener
     try:
-        server = await asyncio.get_running_loop().create_server(
-            lambda: AMQPConnection(broker),
-            host=bind,
-            port=port,
-            reuse_address=True,
-            backlog=1024,
-            ssl=tls,
-            # The session's own handshake timer starts once TLS is up.
-            ssl_handshake_timeout=config.handshake_timeout_s if tls is not None else None,
-        )
+        if tls is None:
+            server = await asyncio.get_running_loop().create_server(
+                lambda: AMQPConnection(broker),
+                host=bind,
+                port=port,
+                reuse_address=True,
+                backlog=BACKLOG,
+            )
+        else:
+            sockets = listening_sockets(bind, port, BACKLOG)
+            timeout_s = config.handshake_timeout_s
+            server = TlsListener(sockets, lambda: AMQPConnection(broker), tls, timeout_s)
     except socket.gaierror as exc:
         raise StartupError(f"bind address {bind!r} does not resolve: {exc.strerror}") from None
     except OSError as exc:
@@ -89,10 +114,10 @@ async def start_http(
     return server, listening
 
 
-def addresses(server: asyncio.Server) -> list[Address]:
+def addresses(server: Listener) -> list[Address]:
     return [_address(sock) for sock in server.sockets]
 
 
-def _address(sock: socket.socket) -> Address:
+def _address(sock: SocketLike) -> Address:
     name = sock.getsockname()
     return str(name[0]), int(name[1])
