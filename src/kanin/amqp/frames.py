@@ -189,16 +189,25 @@ class FrameReader:
         self, buffer: bytearray, offset: int, method_end: int, channel: int
     ) -> tuple[PublishFrames, int] | None:
         """The publish at `offset` with its header and body, if all are here and sound;
-        else None, and the frame-by-frame path deals with them (and their errors)."""
+        else None, and the frame-by-frame path deals with them (and their errors).
+        The checks of `_peek` are written out here: this runs for every publish."""
         end = len(buffer)
         if buffer[method_end] != C.FRAME_END:
             return None
         header_at = method_end + 1
-        header = self._peek(buffer, header_at, C.FRAME_HEADER, channel)
-        if header is None:
+        if end - header_at < C.FRAME_HEADER_SIZE:
             return None
-        header_size, header_end = header
-        if header_size < _HEADER_FIXED.size + 2:
+        found_type, found_channel, header_size = _FRAME_HEAD.unpack_from(buffer, header_at)
+        header_end = header_at + C.FRAME_HEADER_SIZE + header_size
+        frame_max = self.frame_max
+        if (
+            found_type != C.FRAME_HEADER
+            or found_channel != channel
+            or header_size < _HEADER_FIXED.size + 2
+            or (frame_max and header_size > frame_max)
+            or header_end >= end
+            or buffer[header_end] != C.FRAME_END
+        ):
             return None
         class_id, _weight, body_size = _HEADER_FIXED.unpack_from(
             buffer, header_at + C.FRAME_HEADER_SIZE
@@ -215,7 +224,10 @@ class FrameReader:
             next_offset = found[1] + 1
         if next_offset > end:
             return None
-        method = methods.decode_method(bytes(buffer[offset + C.FRAME_HEADER_SIZE : method_end]))
+        try:
+            method = methods.decode_publish_at(buffer, offset + C.FRAME_HEADER_SIZE, method_end)
+        except ValueError:
+            return None  # decoded again frame by frame, which says what is wrong
         header_frame = HeaderFrame(
             channel,
             class_id,

@@ -139,12 +139,21 @@ class Channel:
 
     def publish_whole(self, method: Any, header: HeaderFrame, body: bytes) -> None:
         """A publish whose frames arrived together, while the assembler is idle and the
-        body within limits: the message the assembler would have built, without it."""
-        self._publish(Content(method, header, body))
+        body within limits: the message the assembler would have built, without it.
+        A channel error closes this channel; a connection error goes up."""
+        try:
+            publish(self, method, header, body)
+        except ChannelError as exc:
+            exc.with_method(60, 40)
+            self.fail(exc)
+            return
+        except AMQPError as exc:
+            raise exc.with_method(60, 40) from None
+        self.counters.published += 1
 
     def _publish(self, content: Content) -> None:
         try:
-            publish(self, content)
+            publish(self, content.method, content.header, content.body)
         except AMQPError as exc:
             raise exc.with_method(60, 40) from None
         self.counters.published += 1

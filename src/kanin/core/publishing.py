@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from kanin.amqp import constants as C
-from kanin.amqp.assembler import Content
 from kanin.amqp.errors import ChannelError, ConnectionError_
-from kanin.amqp.frames import decode_properties
+from kanin.amqp.frames import HeaderFrame, decode_properties
 from kanin.amqp.methods import build
 from kanin.amqp.tables import encode_header
 from kanin.core import reply_to
@@ -36,8 +35,7 @@ if TYPE_CHECKING:
     from kanin.core.vhost import VirtualHost
 
 
-def publish(channel: Channel, content: Content) -> None:
-    method = content.method
+def publish(channel: Channel, method: Any, header: HeaderFrame, body: bytes) -> None:
     if method.immediate:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "immediate=true")
     vhost = channel.vhost
@@ -50,7 +48,7 @@ def publish(channel: Channel, content: Content) -> None:
             C.ACCESS_REFUSED,
             f"cannot publish to internal exchange '{exchange.name}' in vhost '{vhost.name}'",
         )
-    properties = decode_properties(content.header.payload)
+    properties = decode_properties(header.payload)
     user_id = properties.user_id
     user = channel.services.user
     if user_id and user_id != user.name:
@@ -58,20 +56,20 @@ def publish(channel: Channel, content: Content) -> None:
             C.PRECONDITION_FAILED,
             f"user_id property set to '{user_id}' but authenticated user was '{user.name}'",
         )
-    header_payload = content.header.payload
+    header_payload = header.payload
     extra_keys = sender_selected_keys(properties.headers)
     if reply_to.is_pseudo_queue(properties.reply_to):
         properties.reply_to = reply_to.address_of(channel)
-        header_payload = encode_header(content.header.body_size, properties)
+        header_payload = encode_header(header.body_size, properties)
     if properties.headers and "BCC" in properties.headers:
         # BCC routes but is never seen by consumers: strip it, as RabbitMQ does.
         properties.headers = {k: v for k, v in properties.headers.items() if k != "BCC"}
-        header_payload = encode_header(content.header.body_size, properties)
+        header_payload = encode_header(header.body_size, properties)
     message = Message(
         method.exchange,
         method.routing_key,
         header_payload,
-        content.body,
+        body,
         properties,
         parse_expiration(properties.expiration),
         extra_keys,
