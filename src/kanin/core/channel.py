@@ -95,6 +95,7 @@ class Channel:
         self._release_held = False
         self.tx: list[tuple[str, Any]] | None = None  # buffered publishes/acks in tx mode
         self.last_queue_name = ""
+        self.write_checked: tuple[Any, str] = (None, "")  # (permission, exchange): publishing.py
         self.reply: ReplyConsumer | None = None  # set and cleared by reply_to.ReplyRegistry
         self.deadlines = AckDeadlines(
             self.vhost.scheduler,
