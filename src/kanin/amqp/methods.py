@@ -247,7 +247,7 @@ class DeliveryEncoder:
     and encode_content would write them, with what the run shares worked out once: the
     method frame up to the delivery tag, and the names after it while they repeat (a
     stream's consumer gets batches of hundreds of messages, mostly from one exchange and
-    routing key). Not redelivered: for stream deliveries."""
+    routing key); a classic queue's consumer keeps one for all its deliveries."""
 
     __slots__ = (
         "_channel",
@@ -276,6 +276,7 @@ class DeliveryEncoder:
         routing_key: str,
         header_payload: bytes,
         body: bytes,
+        redelivered: bool = False,
     ) -> None:
         """Append one delivery's frames to `parts`."""
         if exchange != self._exchange or routing_key != self._routing_key:
@@ -289,7 +290,7 @@ class DeliveryEncoder:
         parts += (
             self._method_head,
             _TAG.pack(tag),
-            self._tail,
+            b"\x01" + self._tail[1:] if redelivered else self._tail,
             _FRAME_HEAD.pack(C.FRAME_HEADER, channel, len(header_payload)),
             header_payload,
             b"\xce",

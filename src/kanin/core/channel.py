@@ -32,7 +32,6 @@ from kanin.amqp.methods import (
     close_for,
     encode_ack,
     encode_content,
-    encode_deliver_head,
     encode_method,
 )
 from kanin.core.ack_timeout import AckDeadlines, timed_out
@@ -242,16 +241,6 @@ class Channel:
             consumer.queue.msg_redelivered += 1
         message = entry.message
         assert message is not None, "a queue hands out messages read back"
-        parts = [
-            encode_deliver_head(
-                self.id,
-                consumer.tag_bytes,
-                tag,
-                entry.redelivered,
-                message.exchange.encode(),
-                message.routing_key.encode(),
-            )
-        ]
         # A message back after a return says how often (queues/returns.py); else the
         # publisher's header bytes go out as they came.
         header = (
@@ -259,7 +248,20 @@ class Channel:
             if entry.returns
             else message.header_payload
         )
-        parts += encode_content(self.id, header, message.body, self.port.frame_max)
+        encoder = consumer.encoder
+        if encoder is None:
+            encoder = DeliveryEncoder(self.id, consumer.tag_bytes, self.port.frame_max)
+            consumer.encoder = encoder
+        parts: list[bytes] = []
+        encoder.add(
+            parts,
+            tag,
+            message.exchange,
+            message.routing_key,
+            header,
+            message.body,
+            entry.redelivered,
+        )
         self.port.send_parts(parts)
 
     def deliver_run(self, consumer: Consumer, entry: Entry, messages: Sequence[Delivered]) -> None:
