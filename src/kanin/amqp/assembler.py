@@ -79,6 +79,10 @@ class ContentAssembler:
     def idle(self) -> bool:
         return self._method is None
 
+    def accepts_whole(self, body_size: int) -> bool:
+        """A whole publish of this size may skip assembly: between messages, within limits."""
+        return self._method is None and body_size <= self.max_body_bytes
+
     def expect_method(self) -> None:
         """A method frame arrived: valid only between messages."""
         if self._method is not None:

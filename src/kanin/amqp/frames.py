@@ -189,16 +189,25 @@ class FrameReader:
         self, buffer: bytearray, offset: int, method_end: int, channel: int
     ) -> tuple[PublishFrames, int] | None:
         """The publish at `offset` with its header and body, if all are here and sound;
-        else None, and the frame-by-frame path deals with them (and their errors)."""
+        else None, and the frame-by-frame path deals with them (and their errors).
+        Written out in one function: this runs for every publish."""
         end = len(buffer)
         if buffer[method_end] != C.FRAME_END:
             return None
         header_at = method_end + 1
-        header = self._peek(buffer, header_at, C.FRAME_HEADER, channel)
-        if header is None:
+        if end - header_at < C.FRAME_HEADER_SIZE:
             return None
-        header_size, header_end = header
-        if header_size < _HEADER_FIXED.size + 2:
+        found_type, found_channel, header_size = _FRAME_HEAD.unpack_from(buffer, header_at)
+        header_end = header_at + C.FRAME_HEADER_SIZE + header_size
+        frame_max = self.frame_max
+        if (
+            found_type != C.FRAME_HEADER
+            or found_channel != channel
+            or header_size < _HEADER_FIXED.size + 2
+            or (frame_max and header_size > frame_max)
+            or header_end >= end
+            or buffer[header_end] != C.FRAME_END
+        ):
             return None
         class_id, _weight, body_size = _HEADER_FIXED.unpack_from(
             buffer, header_at + C.FRAME_HEADER_SIZE
@@ -207,15 +216,26 @@ class FrameReader:
             return None
         body = b""
         next_offset = header_end + 1
-        if body_size:
-            found = self._peek(buffer, next_offset, C.FRAME_BODY, channel)
-            if found is None or found[0] != body_size:
-                return None  # a body in several frames, or not all here yet
-            body = bytes(buffer[next_offset + C.FRAME_HEADER_SIZE : found[1]])
-            next_offset = found[1] + 1
-        if next_offset > end:
-            return None
-        method = methods.decode_method(bytes(buffer[offset + C.FRAME_HEADER_SIZE : method_end]))
+        if body_size:  # in one frame, complete: else not all here yet, or in several frames
+            if end - next_offset < C.FRAME_HEADER_SIZE:
+                return None
+            found_type, found_channel, size = _FRAME_HEAD.unpack_from(buffer, next_offset)
+            body_end = next_offset + C.FRAME_HEADER_SIZE + size
+            if (
+                found_type != C.FRAME_BODY
+                or found_channel != channel
+                or size != body_size
+                or (frame_max and size > frame_max)
+                or body_end >= end
+                or buffer[body_end] != C.FRAME_END
+            ):
+                return None
+            body = bytes(buffer[next_offset + C.FRAME_HEADER_SIZE : body_end])
+            next_offset = body_end + 1
+        try:
+            method = methods.decode_publish_at(buffer, offset + C.FRAME_HEADER_SIZE, method_end)
+        except ValueError:
+            return None  # decoded again frame by frame, which says what is wrong
         header_frame = HeaderFrame(
             channel,
             class_id,
@@ -223,23 +243,6 @@ class FrameReader:
             bytes(buffer[header_at + C.FRAME_HEADER_SIZE : header_end]),
         )
         return PublishFrames(channel, method, header_frame, body), next_offset
-
-    def _peek(
-        self, buffer: bytearray, at: int, frame_type: int, channel: int
-    ) -> tuple[int, int] | None:
-        """(payload size, end-marker index) of a complete, sound frame of this type and
-        channel at `at`; None otherwise."""
-        if len(buffer) - at < C.FRAME_HEADER_SIZE:
-            return None
-        found_type, found_channel, size = _FRAME_HEAD.unpack_from(buffer, at)
-        if found_type != frame_type or found_channel != channel:
-            return None
-        if self.frame_max and size > self.frame_max:
-            return None
-        frame_end = at + C.FRAME_HEADER_SIZE + size
-        if frame_end >= len(buffer) or buffer[frame_end] != C.FRAME_END:
-            return None
-        return size, frame_end
 
 
 _PUBLISH_ID = methods.PUBLISH_INDEX.to_bytes(4, "big")

@@ -144,25 +144,28 @@ def marshal_arguments(method: Any) -> bytes:
     return b"".join(out)
 
 
-def _short_str(payload: bytes, offset: int) -> tuple[str, int]:
-    length = payload[offset]
-    end = offset + 1 + length
-    if end > len(payload):
-        raise ValueError("short string runs past the end of the frame")
-    return payload[offset + 1 : end].decode("utf-8"), end
-
-
 def _decode_publish(payload: bytes) -> commands.Basic.Publish:
-    offset = 6  # method id (4) + ticket (2)
-    exchange, offset = _short_str(payload, offset)
-    routing_key, offset = _short_str(payload, offset)
-    if offset + 1 != len(payload):
+    return decode_publish_at(payload, 0, len(payload))
+
+
+def decode_publish_at(data: bytes | bytearray, start: int, end: int) -> commands.Basic.Publish:
+    """basic.publish from its arguments in data[start:end] (a method frame's payload),
+    read in place: a publish arriving whole is decoded without a copy of its payload.
+    ValueError if they are malformed."""
+    offset = start + 6  # method id (4) + ticket (2)
+    if offset >= end:
         raise ValueError("basic.publish arguments have the wrong length")
-    bits = payload[offset]
+    exchange_end = offset + 1 + data[offset]
+    if exchange_end >= end:
+        raise ValueError("short string runs past the end of the frame")
+    key_end = exchange_end + 1 + data[exchange_end]
+    if key_end + 1 != end:
+        raise ValueError("basic.publish arguments have the wrong length")
+    bits = data[key_end]
     method = commands.Basic.Publish.__new__(commands.Basic.Publish)
     method.ticket = 0
-    method.exchange = exchange
-    method.routing_key = routing_key
+    method.exchange = data[offset + 1 : exchange_end].decode("utf-8")
+    method.routing_key = data[exchange_end + 1 : key_end].decode("utf-8")
     method.mandatory = bool(bits & 1)
     method.immediate = bool(bits & 2)
     return method
@@ -244,7 +247,7 @@ class DeliveryEncoder:
     and encode_content would write them, with what the run shares worked out once: the
     method frame up to the delivery tag, and the names after it while they repeat (a
     stream's consumer gets batches of hundreds of messages, mostly from one exchange and
-    routing key). Not redelivered: for stream deliveries."""
+    routing key); a classic queue's consumer keeps one for all its deliveries."""
 
     __slots__ = (
         "_channel",
@@ -273,6 +276,7 @@ class DeliveryEncoder:
         routing_key: str,
         header_payload: bytes,
         body: bytes,
+        redelivered: bool = False,
     ) -> None:
         """Append one delivery's frames to `parts`."""
         if exchange != self._exchange or routing_key != self._routing_key:
@@ -286,7 +290,7 @@ class DeliveryEncoder:
         parts += (
             self._method_head,
             _TAG.pack(tag),
-            self._tail,
+            b"\x01" + self._tail[1:] if redelivered else self._tail,
             _FRAME_HEAD.pack(C.FRAME_HEADER, channel, len(header_payload)),
             header_payload,
             b"\xce",

@@ -32,7 +32,6 @@ from kanin.amqp.methods import (
     close_for,
     encode_ack,
     encode_content,
-    encode_deliver_head,
     encode_method,
 )
 from kanin.core.ack_timeout import AckDeadlines, timed_out
@@ -95,6 +94,7 @@ class Channel:
         self._release_held = False
         self.tx: list[tuple[str, Any]] | None = None  # buffered publishes/acks in tx mode
         self.last_queue_name = ""
+        self.write_checked: tuple[Any, str] = (None, "")  # (permission, exchange): publishing.py
         self.reply: ReplyConsumer | None = None  # set and cleared by reply_to.ReplyRegistry
         self.deadlines = AckDeadlines(
             self.vhost.scheduler,
@@ -139,12 +139,21 @@ class Channel:
 
     def publish_whole(self, method: Any, header: HeaderFrame, body: bytes) -> None:
         """A publish whose frames arrived together, while the assembler is idle and the
-        body within limits: the message the assembler would have built, without it."""
-        self._publish(Content(method, header, body))
+        body within limits: the message the assembler would have built, without it.
+        A channel error closes this channel; a connection error goes up."""
+        try:
+            publish(self, method, header, body)
+        except ChannelError as exc:
+            exc.with_method(60, 40)
+            self.fail(exc)
+            return
+        except AMQPError as exc:
+            raise exc.with_method(60, 40) from None
+        self.counters.published += 1
 
     def _publish(self, content: Content) -> None:
         try:
-            publish(self, content)
+            publish(self, content.method, content.header, content.body)
         except AMQPError as exc:
             raise exc.with_method(60, 40) from None
         self.counters.published += 1
@@ -232,16 +241,6 @@ class Channel:
             consumer.queue.msg_redelivered += 1
         message = entry.message
         assert message is not None, "a queue hands out messages read back"
-        parts = [
-            encode_deliver_head(
-                self.id,
-                consumer.tag_bytes,
-                tag,
-                entry.redelivered,
-                message.exchange.encode(),
-                message.routing_key.encode(),
-            )
-        ]
         # A message back after a return says how often (queues/returns.py); else the
         # publisher's header bytes go out as they came.
         header = (
@@ -249,7 +248,20 @@ class Channel:
             if entry.returns
             else message.header_payload
         )
-        parts += encode_content(self.id, header, message.body, self.port.frame_max)
+        encoder = consumer.encoder
+        if encoder is None:
+            encoder = DeliveryEncoder(self.id, consumer.tag_bytes, self.port.frame_max)
+            consumer.encoder = encoder
+        parts: list[bytes] = []
+        encoder.add(
+            parts,
+            tag,
+            message.exchange,
+            message.routing_key,
+            header,
+            message.body,
+            entry.redelivered,
+        )
         self.port.send_parts(parts)
 
     def deliver_run(self, consumer: Consumer, entry: Entry, messages: Sequence[Delivered]) -> None:

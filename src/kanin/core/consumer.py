@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from kanin.amqp.methods import DeliveryEncoder
     from kanin.core.channel import Channel
     from kanin.core.queues import Queue
 
@@ -14,6 +15,7 @@ class Consumer:
         "ack_timeout_s",
         "arguments",
         "channel",
+        "encoder",
         "exclusive",
         "no_ack",
         "parked",
@@ -52,9 +54,13 @@ class Consumer:
         # Off its queue's turns (core/dispatch.py) since it was found without capacity; the
         # channel gives them back when it has some again (Channel.wake, Channel._release).
         self.parked = False
+        self.encoder: DeliveryEncoder | None = None  # its basic.deliver frames: Channel.deliver
 
     def has_capacity(self) -> bool:
-        return self.channel.can_deliver() and self.has_room()
+        # has_room written out: a queue asks this for every message it hands out
+        return self.channel.can_deliver() and (
+            self.no_ack or self.prefetch == 0 or self.unacked < self.prefetch
+        )
 
     def has_room(self) -> bool:
         """Room within its own prefetch limit; the channel may still be unable to deliver."""

@@ -134,6 +134,9 @@ def message_cost(message: Message) -> int:
 
 def entry_cost(entry: Entry) -> int:
     """What a queue's entry costs as it is now: its message in memory, or paged out."""
-    if entry.message is None:
+    message = entry.message
+    if message is None:
         return PAGED_OUT_BYTES
-    return message_cost(entry.message) + (STORED_OVERHEAD_BYTES if entry.stored_id else 0)
+    # message_cost written out: a queue counts every message it takes.
+    cost = len(message.body) + len(message.header_payload) + MESSAGE_OVERHEAD_BYTES
+    return cost + STORED_OVERHEAD_BYTES if entry.stored_id else cost

@@ -15,9 +15,8 @@ from typing import TYPE_CHECKING, Any
 from pamqp import commands
 
 from kanin.amqp import constants as C
-from kanin.amqp.assembler import Content
 from kanin.amqp.errors import ChannelError, ConnectionError_
-from kanin.amqp.frames import decode_properties
+from kanin.amqp.frames import HeaderFrame, decode_properties
 from kanin.amqp.methods import build
 from kanin.amqp.tables import encode_header
 from kanin.core import reply_to
@@ -36,12 +35,18 @@ if TYPE_CHECKING:
     from kanin.core.vhost import VirtualHost
 
 
-def publish(channel: Channel, content: Content) -> None:
-    method = content.method
+def publish(channel: Channel, method: Any, header: HeaderFrame, body: bytes) -> None:
     if method.immediate:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "immediate=true")
     vhost = channel.vhost
-    check_permission(channel.services, "write", "exchange", method.exchange)
+    user = channel.services.user
+    # A channel's publishes mostly go to one exchange: the write check is asked again
+    # only for another exchange, or once the user's permissions in the vhost were replaced.
+    permission = user.permissions.get(vhost.name)
+    checked = channel.write_checked
+    if checked[0] is not permission or checked[1] != method.exchange or permission is None:
+        check_permission(channel.services, "write", "exchange", method.exchange)
+        channel.write_checked = (permission, method.exchange)
     exchange = vhost.exchanges.get(method.exchange)
     if exchange is None:
         raise vhost.exchange_not_found(method.exchange)
@@ -50,30 +55,29 @@ def publish(channel: Channel, content: Content) -> None:
             C.ACCESS_REFUSED,
             f"cannot publish to internal exchange '{exchange.name}' in vhost '{vhost.name}'",
         )
-    properties = decode_properties(content.header.payload)
+    properties = decode_properties(header.payload)
     user_id = properties.user_id
-    user = channel.services.user
     if user_id and user_id != user.name:
         raise ChannelError(
             C.PRECONDITION_FAILED,
             f"user_id property set to '{user_id}' but authenticated user was '{user.name}'",
         )
-    header_payload = content.header.payload
-    extra_keys = sender_selected_keys(properties.headers)
-    if reply_to.is_pseudo_queue(properties.reply_to):
+    header_payload = header.payload
+    extra_keys = sender_selected_keys(properties.headers) if properties.headers else ()
+    if properties.reply_to is not None and reply_to.is_pseudo_queue(properties.reply_to):
         properties.reply_to = reply_to.address_of(channel)
-        header_payload = encode_header(content.header.body_size, properties)
+        header_payload = encode_header(header.body_size, properties)
     if properties.headers and "BCC" in properties.headers:
         # BCC routes but is never seen by consumers: strip it, as RabbitMQ does.
         properties.headers = {k: v for k, v in properties.headers.items() if k != "BCC"}
-        header_payload = encode_header(content.header.body_size, properties)
+        header_payload = encode_header(header.body_size, properties)
     message = Message(
         method.exchange,
         method.routing_key,
         header_payload,
-        content.body,
+        body,
         properties,
-        parse_expiration(properties.expiration),
+        None if properties.expiration is None else parse_expiration(properties.expiration),
         extra_keys,
     )
     if channel.tx is not None:
@@ -83,10 +87,13 @@ def publish(channel: Channel, content: Content) -> None:
 
 
 def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> None:
-    seq = channel.confirms.next_seq() if channel.confirms is not None else 0
+    confirms = channel.confirms
+    seq = confirms.next_seq() if confirms is not None else 0
     vhost = channel.vhost
     routed = refused = stored = False
-    if reply_to.is_addressed(message.exchange, message.routing_key):
+    if message.routing_key.startswith(reply_to.REPLY_TO) and reply_to.is_addressed(
+        message.exchange, message.routing_key
+    ):
         routed = channel.services.replies.deliver(message)
     else:
         exchange = vhost.exchanges.get(message.exchange)
@@ -99,14 +106,18 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
                 _settle_confirm(channel, seq, refused=False, stored=stored)
                 return
         if exchange is not None:
-            queues = vhost.route_keys(exchange, message.routing_keys, message.headers)
+            queues = (
+                vhost.route_keys(exchange, message.routing_keys, message.headers)
+                if message.cc_bcc
+                else vhost.route(exchange, message.routing_key, message.headers)
+            )
             exchange.msg_published_in += 1
             exchange.msg_published_out += len(queues)
         else:
             queues = []
         ticket = (
-            _hold_for_queues(channel.confirms, seq, queues)
-            if vhost.ticket_queues and channel.confirms is not None
+            _hold_for_queues(confirms, seq, queues)
+            if vhost.ticket_queues and confirms is not None
             else None
         )
         refused, stored_in_queue = _enqueue(queues, message, ticket)
@@ -123,7 +134,8 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
             _return_unroutable(channel, message, seq)
             return
         channel.counters.dropped_unroutable += 1
-    _settle_confirm(channel, seq, refused, stored)
+    if confirms is not None:
+        _settle_confirm(channel, seq, refused, stored)
 
 
 def route_without_channel(vhost: VirtualHost, message: Message) -> tuple[bool, bool]:

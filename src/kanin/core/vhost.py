@@ -449,6 +449,8 @@ class VirtualHost:
     def route(self, exchange: Exchange, routing_key: str, headers: dict[str, Any]) -> list[Queue]:
         """Every queue a message reaches, each once, following e2e bindings and AEs."""
         first = list(exchange.route(routing_key, headers))
+        if len(first) == 1 and not isinstance(only := first[0], Exchange):
+            return [only]  # the most usual case of all: one queue
         # Destinations are queues or exchanges; Exchange is a plain class, so testing for
         # it is cheaper on every publish than testing for the Queue ABC.
         direct = [d for d in first if not isinstance(d, Exchange)]

@@ -109,8 +109,7 @@ class ClassicQueue(Queue):
         self._unsynced: RoundBatches[Entry] | None = (
             RoundBatches(self.store, self._on_commit) if self.store is not None else None
         )
-        self._dispatch_scheduled = False
-        self._had_consumer = False
+        self._dispatch_scheduled = self._had_consumer = False
         self._ttl = HeadExpiry(
             scheduler, lambda: self.ready.peek(), self._pop, self._expired, lambda: self.deleted
         )
@@ -187,7 +186,8 @@ class ClassicQueue(Queue):
             # with room, so it never counts against x-max-length nor waits out a TTL of 0.
             consumer = self._choice.pick()
             if consumer is not None:
-                self._count(entry)
+                if not consumer.no_ack:  # an auto-ack delivery is forgotten as it goes out
+                    self._count(entry)
                 consumer.channel.deliver(consumer, entry)
                 return result
         if ttl == 0:

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 def on_frame(session: Session, frame: Frame) -> None:
     if isinstance(frame, PublishFrames):
-        _on_publish_frames(session, frame)
+        on_publish_frames(session, frame)
         return
     if isinstance(frame, HeartbeatFrame):
         return
@@ -74,7 +74,7 @@ def on_frame(session: Session, frame: Frame) -> None:
             channel.fail(exc)
 
 
-def _on_publish_frames(session: Session, frames: PublishFrames) -> None:
+def on_publish_frames(session: Session, frames: PublishFrames) -> None:
     """A whole publish: straight to the channel when it is open and between messages
     (the usual case); otherwise frame by frame, so every error is the usual one."""
     channel = session.channels.get(frames.channel)
@@ -82,14 +82,10 @@ def _on_publish_frames(session: Session, frames: PublishFrames) -> None:
         session.state is State.OPEN
         and channel is not None
         and not channel.closing
-        and channel.assembler.idle
-        and frames.header.body_size <= channel.assembler.max_body_bytes
+        and channel.assembler.accepts_whole(frames.header.body_size)
     ):
         session.is_publisher = True
-        try:
-            channel.publish_whole(frames.method, frames.header, frames.body)
-        except ChannelError as exc:
-            channel.fail(exc)
+        channel.publish_whole(frames.method, frames.header, frames.body)
         return
     for frame in frames.expand():
         on_frame(session, frame)

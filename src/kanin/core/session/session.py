@@ -37,7 +37,7 @@ from pamqp import commands
 from kanin.amqp import constants as C
 from kanin.amqp.assembler import AssemblyLimit
 from kanin.amqp.errors import AMQPError, ConnectionError_
-from kanin.amqp.frames import FrameReader, MethodFrame
+from kanin.amqp.frames import FrameReader, MethodFrame, PublishFrames
 from kanin.amqp.methods import build, close_for, encode_heartbeat, encode_method
 from kanin.core.bugs import log_bug
 from kanin.core.channel import Channel
@@ -46,7 +46,7 @@ from kanin.core.session import handshake
 from kanin.core.session.gates import Gate, Gates
 from kanin.core.session.heartbeat import Heartbeat
 from kanin.core.session.opening import Opening
-from kanin.core.session.routing import on_frame
+from kanin.core.session.routing import on_frame, on_publish_frames
 from kanin.core.session.state import State
 from kanin.core.session.transport import SessionTransport
 
@@ -170,8 +170,11 @@ class Session:
             return
         try:
             for frame in self.reader.frames(data, FRAMES_PER_TURN):
-                on_frame(self, frame)
-                if self.closed:
+                if isinstance(frame, PublishFrames):
+                    on_publish_frames(self, frame)  # the usual frame, one call fewer
+                else:
+                    on_frame(self, frame)
+                if self.state is State.CLOSED:
                     return
                 if not self.writable or self._input_holds:
                     break  # the rest waits until what we wrote has gone out, or an answer
@@ -186,11 +189,8 @@ class Session:
             self.fail(exc)
             return
         except AMQPError as exc:  # a channel-level code raised where no channel applies
-            self.fail(
-                ConnectionError_(
-                    exc.reply_code, exc.reply_text.split(" - ", 1)[-1], exc.class_id, exc.method_id
-                )
-            )
+            text = exc.reply_text.split(" - ", 1)[-1]
+            self.fail(ConnectionError_(exc.reply_code, text, exc.class_id, exc.method_id))
             return
         except Exception as exc:
             log_bug(f"on connection {self.name}{self._who()}", exc)
