@@ -167,7 +167,11 @@ async def publish(uri: str, dues: Any, rate: float | None = None) -> float:
     return publisher.sent / elapsed
 
 
-async def lateness(uri: str, count: int, rate: float, timeline: Path | None) -> list[float]:
+async def lateness(
+    uri: str, pid: int, count: int, rate: float, timeline: Path | None
+) -> tuple[list[float], dict[str, Any]]:
+    """The lateness of each of `count` messages (sorted), and the broker's CPU per due
+    message and the other processes' load while they fell due."""
     conn = await connect(parse_uri(uri))
     consumer = LatenessConsumer(conn, count)
     await conn.open_channel(consumer)
@@ -179,7 +183,12 @@ async def lateness(uri: str, count: int, rate: float, timeline: Path | None) -> 
     start_ms = int(time.time() * 1000) + int(count / PUBLISH_RATE * 1000) + 3000
     dues = (start_ms + int(i * 1000 / rate) for i in range(count))
     await publish(uri, dues, PUBLISH_RATE)
+    await asyncio.sleep(max(start_ms / 1000 - time.time(), 0))
+    cpu_before = harness.cpu_seconds(pid)
+    foreign = harness.ForeignLoad(count_rabbitmq_as_ours=False).__enter__()
     await asyncio.wait_for(consumer.done.wait(), count / rate + 120)
+    cpu = harness.cpu_seconds(pid) - cpu_before
+    foreign.__exit__()
     await conn.close()
     if timeline is not None:  # when the late ones were due: a few stalls, or all along?
         first = consumer.due_ms[0] if consumer.due_ms else 0.0
@@ -188,7 +197,8 @@ async def lateness(uri: str, count: int, rate: float, timeline: Path | None) -> 
             for d, x in zip(consumer.due_ms, consumer.lateness_ms, strict=True)
         )
         timeline.write_text("due_ms_since_first,lateness_ms\n" + "\n".join(rows) + "\n")
-    return sorted(consumer.lateness_ms)
+    due_phase = {"cpu_us_per_due": cpu * 1e6 / count, "foreign_load_pct": foreign.percent}
+    return sorted(consumer.lateness_ms), due_phase
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -213,7 +223,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             result["startup_s"] = kanin.start()
             time.sleep(2)
             result["rss_after_restart_mb"] = harness.rss_kb(kanin.pid) / 1024
-            late = asyncio.run(lateness(kanin.uri, args.due, args.rate, args.timeline))
+            late, due_phase = asyncio.run(
+                lateness(kanin.uri, kanin.pid, args.due, args.rate, args.timeline)
+            )
+            result["due_phase"] = due_phase
             result["lateness"] = {
                 "count": len(late),
                 "p50": statistics.median(late),
@@ -226,7 +239,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any], args: argparse.Namespace) -> str:
-    late = result["lateness"]
+    late, phase = result["lateness"], result["due_phase"]
     return "\n".join(
         [
             "# Delayed messages in kanin",
@@ -248,6 +261,10 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
             f"| {late['p50']:.1f} ms |",
             f"| lateness p99 (goal: at most 10 ms) | {late['p99']:.1f} ms |",
             f"| lateness max | {late['max']:.1f} ms |",
+            f"| broker CPU per due message, while they fell due "
+            f"| {phase['cpu_us_per_due']:.0f} µs |",
+            f"| other processes' CPU load meanwhile (% of the cores) "
+            f"| {phase['foreign_load_pct']} |",
             "",
         ]
     )
