@@ -132,3 +132,23 @@ def test_with_a_lead_buckets_come_out_that_much_early_knowing_when_they_are_due(
     assert out[1] == (pytest.approx(1000.2, abs=0.002), [now + 300])
     clock.advance(4.7)
     assert out[2] == (pytest.approx(1004.9, abs=0.002), [now + 5_000])
+
+
+def test_with_a_batch_those_due_within_it_come_out_together_in_due_order() -> None:
+    clock = FakeScheduler()
+    calls: list[tuple[float, list[int]]] = []
+    delays: DelaySchedule[str] = DelaySchedule(
+        clock, lambda buckets: calls.append((clock.time(), [b.due_ms for b in buckets])), 100, 20
+    )
+    now = delays.now_ms()
+    for offset in (315, 300, 310, 321, 5_000):
+        delays.add_id(now + offset, offset)
+    clock.advance(0.199)
+    assert calls == []
+    clock.advance(0.002)  # 300 is 100 ms away: it, 310 and 315 (within 20 ms more) go
+    assert calls == [(pytest.approx(1000.2, abs=0.002), [now + 300, now + 310, now + 315])]
+    clock.advance(0.05)
+    assert calls[1][1] == [now + 321]
+    clock.advance(4.7)  # by way of a far bucket, batched the same way
+    assert [due for _, dues in calls for due in dues][-1] == now + 5_000
+    assert len(calls) == 3 and delays.pending == 0
