@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import struct
 from collections import deque
 from collections.abc import Iterable
 from decimal import Decimal
@@ -61,6 +62,9 @@ KEY_KIND = "delayed"  # its records' key in the store: exchange_key(KEY_KIND, vh
 MAX_DELAY_MS = 4_294_967_295
 _MAY_HOLD_CC = b"\x02CC"  # "CC" as a table's key; not in the header bytes: no CC header
 _NO_HEADERS: dict[str, Any] = {}
+_DELAY_KEY = b"\x07x-delay"  # as a table's key
+# Signed integer field types (tag: encoding) of AMQP tables, as RabbitMQ reads them.
+_SIGNED = {ord(tag): struct.Struct(f">{code}") for tag, code in zip("bsIl", "bhiq", strict=True)}
 ROUTES_AS: dict[str, type[Exchange]] = {
     cls.type_name: cls for cls in (DirectExchange, FanoutExchange, TopicExchange, HeadersExchange)
 }
@@ -287,4 +291,24 @@ def _spend_delay(message: Message, delay: int) -> None:
     own (never shared from the decoder's cache, amqp/properties.py)."""
     properties = message.properties
     properties.headers["x-delay"] = -delay  # there is a header table: it held x-delay
-    message.header_payload = encode_header(len(message.body), properties)
+    patched = _patched_delay(message.header_payload, delay)
+    if patched is None:
+        patched = encode_header(len(message.body), properties)
+    message.header_payload = patched
+
+
+def _patched_delay(header: bytes, delay: int) -> bytes | None:
+    """The header with its x-delay's value overwritten by -delay, when that value is a
+    signed integer (which then fits -delay too, in its width) and the key is found once
+    in the header's bytes (so that is the table's own key): re-encoding the whole header
+    instead was a tenth of a delayed publish's cost. None otherwise."""
+    at = header.find(_DELAY_KEY)
+    if at < 0 or header.find(_DELAY_KEY, at + 1) >= 0:
+        return None
+    tag_at = at + len(_DELAY_KEY)
+    width = _SIGNED.get(header[tag_at])
+    if width is None:
+        return None
+    patched = bytearray(header)
+    width.pack_into(patched, tag_at + 1, -delay)
+    return bytes(patched)
