@@ -28,7 +28,7 @@ import functools
 import math
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -58,6 +58,7 @@ READ_AHEAD_MS = 100  # a due message is read back from the store this long befor
 # ... or up to this much longer: the buckets due within it are read back together (one
 # read, one thread hand-off, one loop wake-up a batch instead of one a millisecond).
 READ_BATCH_MS = 20
+READ_GROUP_IDS = 128  # stored messages a read asks for, at most (unless one bucket has more)
 KEY_KIND = "delayed"  # its records' key in the store: exchange_key(KEY_KIND, vhost, name)
 MAX_DELAY_MS = 4_294_967_295
 _MAY_HOLD_CC = b"\x02CC"  # "CC" as a table's key; not in the header bytes: no CC header
@@ -188,13 +189,14 @@ class DelayedExchange(Exchange):
         make them late."""
         entries = [_Outgoing(bucket) for bucket in buckets]
         self._outbox.extend(entries)
-        ids = [store_id for bucket in buckets for store_id in bucket.ids]
-        if ids and self._store is not None:
-            done = functools.partial(self._read, entries)
-            self._store.read_later(self._key, ids, (), done)
-        else:
-            for entry in entries:
-                entry.contents = []
+        for group in _read_groups(entries):
+            ids = [store_id for entry in group for store_id in entry.bucket.ids]
+            if ids and self._store is not None:
+                done = functools.partial(self._read, group)
+                self._store.read_later(self._key, ids, (), done)
+            else:
+                for entry in group:
+                    entry.contents = []
         self._send()
 
     def _read(self, entries: list[_Outgoing], contents: list[Content | None]) -> None:
@@ -282,6 +284,22 @@ class _Outgoing:
     def __init__(self, bucket: Bucket[Message]) -> None:
         self.bucket = bucket
         self.contents: list[Content | None] | None = None
+
+
+def _read_groups(entries: list[_Outgoing]) -> Iterator[list[_Outgoing]]:
+    """Consecutive buckets, about READ_GROUP_IDS stored messages a group: each group is one
+    read, small enough that the store answers it on the loop when the page cache holds it
+    (as it does what was written minutes ago) instead of on its reader thread."""
+    group: list[_Outgoing] = []
+    count = 0
+    for entry in entries:
+        group.append(entry)
+        count += len(entry.bucket.ids)
+        if count >= READ_GROUP_IDS:
+            yield group
+            group, count = [], 0
+    if group:
+        yield group
 
 
 def _spend_delay(message: Message, delay: int) -> None:
