@@ -14,7 +14,8 @@ Where kanin differs from the plugin, on purpose:
   commit round as any persistent publish, and confirmed once on disk; it survives kill -9,
   and after a restart the overdue ones are routed at once, in due order, the rest on time.
   Only (due time, store id) stays in memory (core/delay_schedule.py): the bodies wait on
-  disk and are read back, off the loop, when due. Transient messages, and those of a
+  disk and are read back a little ahead of their time, in small reads (from the page
+  cache on the loop, else on the store's reader thread). Transient messages, and those of a
   transient exchange, wait in memory.
 - mandatory: a delayed publish is confirmed and not returned (the plugin returns every
   delayed mandatory publish at once, as unroutable, though it routes it later). A message
