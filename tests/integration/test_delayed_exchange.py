@@ -110,6 +110,23 @@ def test_a_message_waits_its_delay_and_goes_where_bindings_say_then(
     assert channel.basic_get("early")[0] is None
 
 
+def test_a_message_that_finds_no_queue_when_due_goes_to_the_alternate_exchange(
+    conn: BlockingConnection,
+) -> None:
+    channel = conn.channel()
+    channel.exchange_declare("spare", "fanout", durable=True)
+    channel.queue_declare("unrouted", durable=True)
+    channel.queue_bind("unrouted", "spare")
+    arguments = {"x-delayed-type": "direct", "alternate-exchange": "spare"}
+    channel.exchange_declare("later", DELAYED, durable=True, arguments=arguments)
+    channel.queue_declare("q", durable=True)
+    channel.queue_bind("q", "later", "k")
+    publish(channel, b"bound", 50)
+    publish(channel, b"nowhere", 50, key="no-binding")
+    assert [body for body, _, _ in gather(channel, "q", 1)] == [b"bound"]
+    assert [body for body, _, _ in gather(channel, "unrouted", 1)] == [b"nowhere"]
+
+
 @pytest.mark.parametrize("persistent", [True, False])
 def test_a_delayed_messages_expiration_counts_from_when_it_reaches_its_queue(
     conn: BlockingConnection, persistent: bool
@@ -170,15 +187,16 @@ def test_which_x_delay_values_delay(conn: BlockingConnection, delay: Any, waits:
 
 
 @pytest.mark.parametrize("kind", ["fanout", "topic", "headers"])
-def test_it_routes_as_its_delayed_type(conn: BlockingConnection, kind: str) -> None:
+@pytest.mark.parametrize("mode", [1, 2])  # 2: read back from the store when due
+def test_it_routes_as_its_delayed_type(conn: BlockingConnection, kind: str, mode: int) -> None:
     channel = conn.channel()
     delayed(channel, kind=kind)
     channel.queue_declare("q", durable=True)
     arguments = {"x-match": "any", "tag": "a"} if kind == "headers" else None
     channel.queue_bind("q", "later", "orders.*" if kind == "topic" else "", arguments=arguments)
-    properties = pika.BasicProperties(headers={"x-delay": 50, "tag": "a"})
+    properties = pika.BasicProperties(delivery_mode=mode, headers={"x-delay": 50, "tag": "a"})
     channel.basic_publish("later", "orders.new", b"yes", properties)
-    properties = pika.BasicProperties(headers={"x-delay": 50, "tag": "b"})
+    properties = pika.BasicProperties(delivery_mode=mode, headers={"x-delay": 50, "tag": "b"})
     channel.basic_publish("later", "invoices" if kind != "fanout" else "x", b"other", properties)
     got = [body for body, _, _ in gather(channel, "q", 2, timeout=2)]
     assert got == ([b"yes", b"other"] if kind == "fanout" else [b"yes"])

@@ -225,3 +225,28 @@ def test_publishes_are_group_committed(tmp_path: Path) -> None:
         assert 1 <= rounds <= 501 // 2, f"{rounds} commit rounds for 501 publishes"
         assert channel.queue_declare("batch", passive=True).method.message_count == 501
         connection.close()
+
+
+def test_a_message_taken_at_once_without_ack_is_never_written(tmp_path: Path) -> None:
+    """Delivered the moment it arrives to a consumer that does not ack, a persistent
+    message has left the queue for good: it is confirmed without a record on disk. One
+    delivered to a consumer that acks is written (it may come back)."""
+    with running_broker(data_dir=tmp_path) as broker:
+        connection, channel = channel_of(broker)
+        for queue in ("auto", "manual"):
+            channel.queue_declare(queue, durable=True)
+        got: list[bytes] = []
+        channel.basic_consume("auto", lambda _c, _m, _p, body: got.append(body), auto_ack=True)
+        channel.basic_consume("manual", lambda _c, _m, _p, body: got.append(body))
+        channel.confirm_delivery()
+        persistent = pika.BasicProperties(delivery_mode=2)
+        channel.basic_publish("", "auto", b"taken-without-ack", persistent)
+        channel.basic_publish("", "manual", b"taken-with-ack", persistent)
+        while len(got) < 2:
+            connection.process_data_events(time_limit=0.1)
+        on_disk = b"".join(path.read_bytes() for path in (tmp_path / "messages").glob("*.log"))
+        assert sorted(got) == [b"taken-with-ack", b"taken-without-ack"]
+        assert b"taken-with-ack" in on_disk and b"taken-without-ack" not in on_disk
+        # Not even queued for a round and taken back (withdrawn): never handed to the store.
+        assert broker.call(lambda: broker.server.store.committer.withdrawn) == 0  # type: ignore[union-attr]
+        connection.close()

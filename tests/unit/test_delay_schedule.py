@@ -3,13 +3,15 @@ at a time, overdue ones first thing; and which x-delay values delay."""
 
 from __future__ import annotations
 
+import struct
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from kanin.amqp.properties import Properties, decode_properties
 from kanin.core.delay_schedule import FAR_MS, Bucket, DelaySchedule
-from kanin.core.exchanges.delayed import delay_of
+from kanin.core.exchanges.delayed import _patched_delay, delay_of
 from kanin.testing.clock import FakeScheduler
 
 
@@ -132,3 +134,58 @@ def test_with_a_lead_buckets_come_out_that_much_early_knowing_when_they_are_due(
     assert out[1] == (pytest.approx(1000.2, abs=0.002), [now + 300])
     clock.advance(4.7)
     assert out[2] == (pytest.approx(1004.9, abs=0.002), [now + 5_000])
+
+
+def test_with_a_batch_those_due_within_it_come_out_together_in_due_order() -> None:
+    clock = FakeScheduler()
+    calls: list[tuple[float, list[int]]] = []
+    delays: DelaySchedule[str] = DelaySchedule(
+        clock, lambda buckets: calls.append((clock.time(), [b.due_ms for b in buckets])), 100, 20
+    )
+    now = delays.now_ms()
+    for offset in (315, 300, 310, 321, 5_000):
+        delays.add_id(now + offset, offset)
+    clock.advance(0.199)
+    assert calls == []
+    clock.advance(0.002)  # 300 is 100 ms away: it, 310 and 315 (within 20 ms more) go
+    assert calls == [(pytest.approx(1000.2, abs=0.002), [now + 300, now + 310, now + 315])]
+    clock.advance(0.05)
+    assert calls[1][1] == [now + 321]
+    clock.advance(4.7)  # by way of a far bucket, batched the same way
+    assert [due for _, dues in calls for due in dues][-1] == now + 5_000
+    assert len(calls) == 3 and delays.pending == 0
+
+
+def _header_with(table: bytes) -> bytes:
+    """A content header (empty body) whose only property is `table`, already encoded."""
+    flags = Properties.flags["headers"]
+    return struct.pack(">HHQH", 60, 0, 0, flags) + struct.pack(">I", len(table)) + table
+
+
+@pytest.mark.parametrize(
+    ("encoded", "delay"),
+    [
+        (b"b" + struct.pack(">b", 100), 100),
+        (b"s" + struct.pack(">h", 5000), 5000),
+        (b"I" + struct.pack(">i", 2**31 - 1), 2**31 - 1),
+        (b"l" + struct.pack(">q", 4_294_967_295), 4_294_967_295),
+    ],
+)
+def test_a_signed_x_delay_is_turned_negative_in_place(encoded: bytes, delay: int) -> None:
+    table = b"\x01aS\x00\x00\x00\x02hi" + b"\x07x-delay" + encoded + b"\x01zt\x01"
+    patched = _patched_delay(_header_with(table), delay)
+    assert patched is not None and len(patched) == len(_header_with(table))
+    headers = decode_properties(patched).headers
+    assert headers == {"a": "hi", "x-delay": -delay, "z": True}
+
+
+@pytest.mark.parametrize(
+    "table",
+    [
+        b"\x07x-delayS\x00\x00\x00\x045000",  # a string: re-encoded instead
+        b"\x07x-delayi\x00\x00\x13\x88",  # unsigned
+        b"\x07x-delayI\x00\x00\x13\x88\x01FF\x00\x00\x00\x0d\x07x-delayb\x01",  # found twice
+    ],
+)
+def test_other_x_delays_are_left_to_re_encoding(table: bytes) -> None:
+    assert _patched_delay(_header_with(table), 5000) is None

@@ -51,6 +51,7 @@ _CACHE_MAX = 1024
 _cache: dict[bytes, Any] = {}
 
 _HEADER_FIXED_SIZE = 12  # class id, weight, body size
+_EXPIRATION_FLAG = Properties.flags["expiration"]
 
 
 def decode_properties(header_payload: bytes) -> Any:
@@ -68,6 +69,14 @@ def decode_properties(header_payload: bytes) -> Any:
             _cache.clear()
         _cache[data] = properties
     return properties
+
+
+def sets_expiration(header_payload: bytes) -> bool:
+    """Whether a content header carries an expiration, read from its flags alone."""
+    if len(header_payload) < _HEADER_FIXED_SIZE + _FLAGS.size:
+        return False
+    (flags,) = _FLAGS.unpack_from(header_payload, _HEADER_FIXED_SIZE)
+    return bool(flags & _EXPIRATION_FLAG)
 
 
 def _decode(data: bytes) -> tuple[int, Any]:

@@ -57,18 +57,23 @@ class FarBucket(Generic[T]):
 
 class DelaySchedule(Generic[T]):
     """Hands buckets to `on_due` lead_ms before they are due (the caller may want time to
-    read their messages back), in due order."""
+    read their messages back), in due order. With a batch_ms, also those due within
+    batch_ms after the first, in the same call (between lead_ms and lead_ms + batch_ms
+    early): a caller that reads them back then pays for one read per batch, not one per
+    millisecond."""
 
     def __init__(
         self,
         scheduler: Scheduler,
         on_due: Callable[[list[Bucket[T]]], None],
         lead_ms: int = 0,
+        batch_ms: int = 0,
     ) -> None:
-        assert 0 <= lead_ms < NEAR_MS
+        assert min(lead_ms, batch_ms) >= 0 and lead_ms + batch_ms < NEAR_MS
         self._scheduler = scheduler
         self._on_due = on_due
         self._lead_ms = lead_ms
+        self._batch_ms = batch_ms
         self._buckets: dict[int, Bucket[T]] = {}  # due ms -> bucket
         self._far: dict[int, FarBucket[T]] = {}  # due ms // FAR_MS -> its far bucket
         self._wheel: TimingWheel[int] = TimingWheel(now_ms=self.now_ms())
@@ -149,13 +154,14 @@ class DelaySchedule(Generic[T]):
     def _fire(self) -> None:
         self._timer = None
         now = self.now_ms()
-        due_keys = self._wheel.advance(now)
+        horizon = now + self._batch_ms
+        due_keys = self._wheel.advance(horizon)
         spans = [-key for key in due_keys if key < 0]
         if spans:
             for span in spans:
                 self._spread(span)
             # Spreading may have made millisecond buckets already due: take those too.
-            due_keys = [key for key in (*due_keys, *self._wheel.advance(now)) if key >= 0]
+            due_keys = [key for key in (*due_keys, *self._wheel.advance(horizon)) if key >= 0]
         # The wheel hands back those added late (already due) first: sort into due order.
         buckets = [self._buckets.pop(due) for due in sorted(due_keys) if due in self._buckets]
         self.pending -= sum(len(b.ids) + len(b.items or ()) for b in buckets)

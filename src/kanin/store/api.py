@@ -42,9 +42,10 @@ from typing import NamedTuple, Protocol
 Waiter = Callable[[bool], None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Content:
-    """What a delivery needs of a stored message, read back."""
+    """What a delivery needs of a stored message, read back. Not frozen (see StreamRecord):
+    one is made per message read back."""
 
     exchange: str
     routing_key: str

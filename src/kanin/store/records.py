@@ -85,7 +85,7 @@ _U32 = struct.Struct(">I")
 MAX_RECORD_BYTES = 1 << 31
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)  # not frozen: one per record read, and a frozen __init__ costs 3x
 class Record:
     type: int
     id: int

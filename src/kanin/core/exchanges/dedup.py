@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError
 from kanin.core.dedup_cache import DedupCache, dedup_key
-from kanin.core.exchanges.base import ABSORBED, ROUTE, STORED, Destination, Exchange
+from kanin.core.exchanges.base import ABSORBED, ROUTE, STORED, Binding, Destination, Exchange
 from kanin.store.records import exchange_key
 
 if TYPE_CHECKING:
@@ -82,6 +82,7 @@ class DedupExchange(Exchange):
             )
         self._size, self._ttl = size, ttl
         self.cache: DedupCache | None = None  # made by attach, once the vhost is known
+        self._destinations: list[Destination] | None = None  # see route
 
     def attach(self, vhost: VirtualHost) -> None:
         store = vhost.store if self.durable else None
@@ -94,7 +95,16 @@ class DedupExchange(Exchange):
             self.cache.clear()
 
     def route(self, routing_key: str, headers: dict[str, Any]) -> Iterable[Destination]:
-        return [binding.destination for binding in self.bindings.values()]
+        # As a fanout, from a list kept as bindings change, not made again per message.
+        if self._destinations is None:
+            self._destinations = [binding.destination for binding in self.bindings.values()]
+        return self._destinations
+
+    def _on_bind(self, binding: Binding) -> None:
+        self._destinations = None
+
+    def _on_unbind(self, binding: Binding) -> None:
+        self._destinations = None
 
     def intercept(self, message: Message) -> int:
         headers = message.headers

@@ -168,7 +168,11 @@ class ClassicQueue(Queue):
         if ttl is not None:
             entry.expires_at = self._scheduler.time() + ttl / 1000
         result = ACCEPTED
-        if self.store is not None and (self._stores_all or message.persistent):
+        # As RabbitMQ: to an empty queue's consumer with room at once (not counted against
+        # x-max-length, no TTL of 0); without acks it is gone then: nothing to store.
+        consumer = self._choice.pick() if not self.ready and self.consumers else None
+        stores = consumer is None or not consumer.no_ack
+        if stores and self.store is not None and (self._stores_all or message.persistent):
             entry.stored_id = self.store.enqueue(
                 self.store_key,
                 message.exchange,
@@ -181,15 +185,11 @@ class ClassicQueue(Queue):
             assert self._unsynced is not None
             self._unsynced.add(entry)
             result = STORED
-        if not self.ready and self.consumers:
-            # As RabbitMQ: a message reaching an empty queue goes straight to a consumer
-            # with room, so it never counts against x-max-length nor waits out a TTL of 0.
-            consumer = self._choice.pick()
-            if consumer is not None:
-                if not consumer.no_ack:  # an auto-ack delivery is forgotten as it goes out
-                    self._count(entry)
-                consumer.channel.deliver(consumer, entry)
-                return result
+        if consumer is not None:
+            if not consumer.no_ack:  # an auto-ack delivery is forgotten as it goes out
+                self._count(entry)
+            consumer.channel.deliver(consumer, entry)
+            return result
         if ttl == 0:
             self._count(entry)
             self.dead_letter([entry], "expired")
