@@ -21,12 +21,14 @@ nothing to give: its messages were never acked and come again, redelivered, in l
 batches). So this is at-least-once: a crash between a sink's commit and the ack sends
 that batch again. Every row has message_id and redelivered, so a sink can drop copies.
 
-Trigger.AvailableNow: when a run starts, the reader notes how many messages it may hand
-over in it: those it holds and has not handed over, and then the queue's ready count
-(the passive queue.declare-ok message count, on a connection of its own). Batches stop
-there, so a run ends even while publishers go on; messages that arrive during the run
-are left for the next one. Deliveries on their way to the reader at that instant are in
-neither number: they wait for the next run too (never more is read than was there).
+Trigger.AvailableNow: when a run starts (Spark asks before any batch, so the reader has
+no consumer yet), the reader takes the queue's ready count (the passive
+queue.declare-ok message count, on a connection of its own) as how many messages the
+run may hand over, then starts its consumer. Batches stop there, so a run ends even
+while publishers go on; what arrives during the run is left for the next one. Should a
+consumer already be running, the count is what it holds plus the ready count, and
+deliveries on their way to it at that instant wait for the next run (never more is
+read than was there).
 """
 
 from __future__ import annotations
@@ -75,8 +77,12 @@ class KaninQueueReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         return offset_dict(0)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        consumer = self._consumer_now()
-        held = consumer.waiting  # first: what comes after this may be counted below
+        if self._consumer is None or self._consumer.closed:
+            # Nothing delivered to this reader yet: the ready count is all there is.
+            self._run_budget = ready_count(self.options)
+            self._consumer_now()
+            return
+        held = self._consumer.waiting  # first: what comes after this may be counted below
         self._run_budget = held + ready_count(self.options)
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[Row], dict[str, int]]:
