@@ -27,8 +27,9 @@ rows / the sum of the other batches' trigger times from Spark's progress reports
 
     python bench/spark.py --only-sink --rounds 3             # the sink and its baselines
 
-runs only the publishers: per round kanin perf, pika, then the sink (alternating, since
-the machine is shared), into spark-sink.{md,json}.
+runs only the publishers: after a small warm-up write, per round kanin perf, pika,
+aio-pika, then the sink (alternating, since the machine is shared; each round notes the
+load average as it starts), into spark-sink.{md,json}.
 """
 
 from __future__ import annotations
@@ -315,8 +316,12 @@ def run_sink_rounds(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         declare(url)
         spark = spark_session()
         try:
+            # A small write first, so no round pays for starting Spark's Python workers.
+            spark_sink(spark, url, argparse.Namespace(messages=2000, size=args.size))
+            purge(url, OUT)
             for _ in range(args.rounds):
-                figures: dict[str, Any] = dict(publishers(url, args))
+                figures: dict[str, Any] = {"load": round(os.getloadavg()[0], 1)}
+                figures.update(publishers(url, args))
                 figures["aio_pika_publish"] = round(
                     asyncio.run(raw_publish(url, OUT, args.messages, args.size, args.window))
                 )
@@ -342,14 +347,14 @@ def render_sink(results: dict[str, Any]) -> str:
         f"queue on one `kanin server` (pika: {args['pika_messages']:,}); {results['machine']}. "
         "Rows/s, one line per round (each round runs them one after another).",
         "",
-        "| round | kanin perf, window | pika, confirm each | aio-pika, window | "
+        "| round | load | kanin perf, window | pika, confirm each | aio-pika, window | "
         "Spark sink, 2 partitions | sink ÷ best plain client |",
-        "|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for number, r in enumerate(results["rounds"], 1):
         best = max(r["kanin_perf_publish"], r["pika_publish"], r["aio_pika_publish"])
         lines.append(
-            f"| {number} | {r['kanin_perf_publish']:,} | {r['pika_publish']:,} | "
+            f"| {number} | {r['load']} | {r['kanin_perf_publish']:,} | {r['pika_publish']:,} | "
             f"{r['aio_pika_publish']:,} | {r['spark_sink']:,} | {r['spark_sink'] / best:.2f} |"
         )
     return "\n".join([*lines, ""])
