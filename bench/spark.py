@@ -10,6 +10,11 @@ moves all N:
   at a time) to a stream and to a classic queue; aio-pika and pika consuming the stream
   from its first offset and the classic queue (prefetch --prefetch, one multiple ack per
   1000);
+- the plain-client publishers the sink is measured against, each publishing persistent
+  100-byte messages with a unique x-deduplication-header to a classic queue, as the sink
+  does: `kanin perf` (one producer, --window unconfirmed confirms, N messages, its own
+  process) and pika's BlockingConnection in confirm mode (each publish waits for its
+  confirm; --pika-messages of them, it is slow);
 - Spark (local[2], the driver in this process), each into the `noop` sink so only reading
   counts: a streaming read of the stream (stream mode, --batch and then 5 x --batch
   offsets per micro-batch, --partitions tasks per batch, Trigger.AvailableNow), a batch
@@ -19,14 +24,22 @@ moves all N:
 Spark rows/s = N / wall time from the query's start to its end (Spark start-up not
 counted); "steady" leaves out the first micro-batch (Python workers starting cold) and is
 rows / the sum of the other batches' trigger times from Spark's progress reports.
+
+    python bench/spark.py --only-sink --rounds 3             # the sink and its baselines
+
+runs only the publishers: after a small warm-up write, per round kanin perf, pika,
+aio-pika, then the sink (alternating, since the machine is shared; each round notes the
+load average as it starts), into spark-sink.{md,json}.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,6 +73,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--partitions", type=int, default=2, help="numPartitions (stream mode)")
     parser.add_argument("--window", type=int, default=1000, help="raw publish: unconfirmed")
     parser.add_argument("--prefetch", type=int, default=2000, help="raw consume: basic.qos")
+    parser.add_argument("--pika-messages", type=int, default=10_000, help="pika publish")
+    parser.add_argument("--only-sink", action="store_true", help="publishers and the sink")
+    parser.add_argument("--rounds", type=int, default=1, help="with --only-sink")
     parser.add_argument("--out", type=Path, default=HERE / "results")
     return parser.parse_args()
 
@@ -125,6 +141,36 @@ def pika_consume(url: str, queue: str, count: int, prefetch: int, stream: bool) 
     elapsed = time.monotonic() - started
     connection.close()  # not cancel: pika would reject what it holds, and a stream
     return count / elapsed  # answers a reject by closing the connection
+
+
+def pika_publish(url: str, queue: str, count: int, size: int) -> float:
+    """pika's BlockingConnection in confirm mode: basic_publish returns once confirmed."""
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.confirm_delivery()
+    body = b"x" * size
+    started = time.monotonic()
+    for n in range(count):
+        dedup = f"pika:{n}"
+        props = pika.BasicProperties(
+            delivery_mode=2, message_id=dedup, headers={"x-deduplication-header": dedup}
+        )
+        channel.basic_publish("", queue, body, props, mandatory=True)
+    elapsed = time.monotonic() - started
+    connection.close()
+    return count / elapsed
+
+
+def kanin_perf_publish(url: str, count: int, size: int, window: int) -> float:
+    """`kanin perf`, one producer with a window of confirms, into a queue of its own."""
+    command = [
+        *(sys.executable, "-m", "kanin", "perf", "--uri", url, "-x", "1", "-y", "0"),
+        *("--queue-prefix", "bench.spark.perf", "--durable", "--persistent"),
+        *("--confirm", f"window:{window}", "--count", str(count), "-s", str(size)),
+        *("--unique-header", "x-deduplication-header", "--delete-queues", "--json", "--quiet"),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, check=True)
+    return float(json.loads(done.stdout)["rates"]["confirm"])
 
 
 def declare(url: str) -> None:
@@ -245,6 +291,75 @@ def spark_sink(spark: Any, url: str, args: argparse.Namespace) -> dict[str, Any]
 # -- the run ----------------------------------------------------------------------------
 
 
+def publishers(url: str, args: argparse.Namespace) -> dict[str, int]:
+    """The plain-client publishers the sink is compared with (bench.spark.out is drained
+    after pika, so every run publishes into an empty queue)."""
+    n, size = args.messages, args.size
+    rates = {"kanin_perf_publish": kanin_perf_publish(url, n, size, args.window)}
+    rates["pika_publish"] = pika_publish(url, OUT, args.pika_messages, size)
+    purge(url, OUT)
+    return {key: round(value) for key, value in rates.items()}
+
+
+def purge(url: str, queue: str) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    connection.channel().queue_purge(queue)
+    connection.close()
+
+
+def run_sink_rounds(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    kanin = Kanin(work / "kanin")
+    kanin.start()
+    url = kanin.uri
+    rounds: list[dict[str, Any]] = []
+    try:
+        declare(url)
+        spark = spark_session()
+        try:
+            # A small write first, so no round pays for starting Spark's Python workers.
+            spark_sink(spark, url, argparse.Namespace(messages=2000, size=args.size))
+            purge(url, OUT)
+            for _ in range(args.rounds):
+                figures: dict[str, Any] = {"load": round(os.getloadavg()[0], 1)}
+                figures.update(publishers(url, args))
+                figures["aio_pika_publish"] = round(
+                    asyncio.run(raw_publish(url, OUT, args.messages, args.size, args.window))
+                )
+                purge(url, OUT)
+                figures["spark_sink"] = spark_sink(spark, url, args)["rows_per_s"]
+                purge(url, OUT)
+                rounds.append(figures)
+        finally:
+            spark.stop()
+    finally:
+        kanin.stop()
+    return {"rounds": rounds}
+
+
+def render_sink(results: dict[str, Any]) -> str:
+    args = results["args"]
+    lines = [
+        "# kanin.spark's sink beside plain-client publishers",
+        "",
+        f"Command: `{results['command']}`",
+        "",
+        f"{args['messages']:,} persistent messages of {args['size']} bytes into a classic "
+        f"queue on one `kanin server` (pika: {args['pika_messages']:,}); {results['machine']}. "
+        "Rows/s, one line per round (each round runs them one after another).",
+        "",
+        "| round | load | kanin perf, window | pika, confirm each | aio-pika, window | "
+        "Spark sink, 2 partitions | sink ÷ best plain client |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for number, r in enumerate(results["rounds"], 1):
+        best = max(r["kanin_perf_publish"], r["pika_publish"], r["aio_pika_publish"])
+        lines.append(
+            f"| {number} | {r['load']} | {r['kanin_perf_publish']:,} | {r['pika_publish']:,} | "
+            f"{r['aio_pika_publish']:,} | {r['spark_sink']:,} | {r['spark_sink'] / best:.2f} |"
+        )
+    return "\n".join([*lines, ""])
+
+
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     kanin = Kanin(work / "kanin")
     kanin.start()
@@ -267,6 +382,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         raw["pika_consume_queue"] = pika_consume(url, QUEUE, n, args.prefetch, False)
         asyncio.run(raw_publish(url, QUEUE, n, size, args.window))  # again, for Spark to read
         raw = {key: round(value) for key, value in raw.items()}
+        raw.update(publishers(url, args))
         results["raw"] = raw
         spark = spark_session()
         try:
@@ -294,6 +410,8 @@ def render(results: dict[str, Any]) -> str:
         ("raw pika consume (stream, from first)", raw["pika_consume_stream"], None, ""),
         ("raw aio-pika consume (classic queue)", raw["aio_pika_consume_queue"], None, ""),
         ("raw pika consume (classic queue)", raw["pika_consume_queue"], None, ""),
+        ("kanin perf publish, confirm window (classic queue)", raw["kanin_perf_publish"], None, ""),
+        ("pika publish, confirm each (classic queue)", raw["pika_publish"], None, ""),
     ]
     stream = results["spark_stream_read"]
     queue = results["spark_queue_read"]
@@ -327,8 +445,8 @@ def render(results: dict[str, Any]) -> str:
         (
             "Spark batch write through the sink",
             results["spark_sink"],
-            raw["aio_pika_publish_queue"],
-            "2 partitions, confirm window 1000",
+            max(raw["aio_pika_publish_queue"], raw["kanin_perf_publish"], raw["pika_publish"]),
+            "2 partitions, on a plain socket, confirm window 2000",
         ),
     ]
     lines = [
@@ -367,7 +485,7 @@ def main() -> None:
     args = parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kanin-bench-spark-") as work:
-        results = run(args, Path(work))
+        results = run_sink_rounds(args, Path(work)) if args.only_sink else run(args, Path(work))
     results["args"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     results["command"] = "python " + " ".join(["bench/spark.py", *sys.argv[1:]])
     load = os.getloadavg()[0]
@@ -375,7 +493,10 @@ def main() -> None:
         f"{os.cpu_count()} cores, Python {platform.python_version()}, "
         f"load average {load:.1f} at the end"
     )
-    report = write_results(args.out, "spark", results, render)
+    if args.only_sink:
+        report = write_results(args.out, "spark-sink", results, render_sink)
+    else:
+        report = write_results(args.out, "spark", results, render)
     print(report.read_text())
 
 

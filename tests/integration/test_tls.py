@@ -29,7 +29,11 @@ from helpers import wait_for
 from kanin.config import BrokerConfig, UserSpec
 from kanin.server.tls import amqps_context
 from kanin.spark.client import connect as spark_connect
-from kanin.spark.options import KaninOptions
+from kanin.spark.columns import ColumnLayout
+from kanin.spark.offsets import OffsetRange
+from kanin.spark.options import KaninOptions, Role, parse_options
+from kanin.spark.publish import publish_rows
+from kanin.spark.stream_read import read_range
 from kanin.testing.embedded import EmbeddedBroker, running_broker
 from mgmt_http import Api
 from tls_certs import CLIENT_DN, Certificates
@@ -363,3 +367,28 @@ def test_the_spark_connector_connects_to_an_amqps_uri(certs: Certificates) -> No
 
         [(user, mechanism, _protocol)] = asyncio.run(asyncio.wait_for(scenario(), 20))
         assert (user, mechanism) == (CLIENT_DN, "EXTERNAL")
+
+
+def test_the_spark_socket_reader_and_sink_work_over_amqps(certs: Certificates) -> None:
+    """socket_conn.py's TLS path, used by every stream-range read on executors, queue mode
+    and the sink: rows published with confirms, then a range of them read from the stream
+    with a password and with EXTERNAL, all over amqps with the CA from the URI's query (the
+    TLS port speaks nothing else)."""
+    with tls_broker(certs) as broker:
+        plain = pika.BlockingConnection(pika.URLParameters(broker.url))
+        channel = plain.channel()
+        channel.queue_declare("spark-tls-st", durable=True, arguments={"x-queue-type": "stream"})
+        trust = f"cafile={certs.ca}"
+        mine = f"{trust}&certfile={certs.client_cert}&keyfile={certs.client_key}"
+        secure = f"amqps://guest:guest@localhost:{broker.tls_port}/%2F"
+        write = parse_options({"uri": f"{secure}?{trust}", "queue": "spark-tls-st"}, Role.WRITE)
+        rows = ((b"m%d" % n,) for n in range(3000))
+        assert publish_rows(write, ColumnLayout(body=0), rows, lambda _row, n: f"t:{n}") == 3000
+
+        external = f"amqps://localhost:{broker.tls_port}/?{mine}&auth=external"
+        for uri in (f"{secure}?{trust}", external):
+            read = parse_options({"uri": uri, "queue": "spark-tls-st"}, Role.READ)
+            got = list(read_range(read, OffsetRange(1000, 2500)))
+            assert [row[8] for row in got] == list(range(1000, 2500))  # the offset column
+            assert [row[0] for row in got] == [b"m%d" % n for n in range(1000, 2500)]
+        plain.close()

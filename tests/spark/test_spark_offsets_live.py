@@ -18,10 +18,11 @@ from spark_helpers import STREAM, channel, declare_stream, publish
 
 from kanin.spark import extent
 from kanin.spark.client import KaninSparkError
-from kanin.spark.offsets import OffsetRange
+from kanin.spark.offsets import OffsetRange, StreamExtent
 from kanin.spark.options import Role, parse_options
 from kanin.spark.reader import KaninStreamReader
 from kanin.spark.stream_read import read_range
+from kanin.spark.tail_scan import TailScanProbe
 
 pytestmark = [pytest.mark.spark, pytest.mark.kanin_only, pytest.mark.timeout(60)]
 
@@ -157,3 +158,28 @@ def test_a_range_read_names_a_missing_stream_and_refused_credentials(broker: Any
     with pytest.raises(KaninSparkError, match=r"refused user 'guest'") as raised:
         list(read_range(refused, OffsetRange(0, 10)))
     assert "wrongpass" not in str(raised.value)
+
+
+def test_the_tail_scan_used_on_other_brokers_finds_the_extent_on_kanin_too(
+    broker: Any, unique: Any
+) -> None:
+    """tail_scan.py, what stream mode uses where the count lags (RabbitMQ), run here so the
+    suite covers it without RabbitMQ: an empty stream, a full one, one that grew, and a
+    classic queue refused before anything is taken from it."""
+    queue = declare_stream(broker.url, unique("st"))
+    probe = TailScanProbe(parse_options({"uri": broker.url, "queue": queue}, Role.READ))
+    assert probe.scan() is None
+    publish(broker.url, queue, 1200)
+    assert probe.scan() == StreamExtent(0, 1200)
+    publish(broker.url, queue, 30, start=1200)
+    assert probe.scan() == StreamExtent(0, 1230)
+
+    classic = unique("classic")
+    with channel(broker.url) as ch:
+        ch.queue_declare(classic)
+    publish(broker.url, classic, 2)
+    options = parse_options({"uri": broker.url, "queue": classic}, Role.READ)
+    with pytest.raises(KaninSparkError, match="is not a stream"):
+        TailScanProbe(options).scan()
+    with channel(broker.url) as ch:
+        assert ch.queue_declare(classic, passive=True).method.message_count == 2

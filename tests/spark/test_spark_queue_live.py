@@ -77,3 +77,30 @@ def test_a_replayed_batch_is_empty_and_offsets_count_only_what_was_handed_over(
         assert list(reader.readBetweenOffsets({"next": 0}, {"next": 40})) == []
     finally:
         reader.close()
+
+
+def test_an_available_now_run_hands_over_only_what_was_there_when_it_started(
+    broker: Any, unique: Any
+) -> None:
+    queue = unique("classic")
+    with channel(broker.url) as ch:
+        ch.queue_declare(queue, durable=True)
+    publish(broker.url, queue, 25)
+    reader = queue_reader(broker.url, queue, batch=10)  # prefetch 20
+    try:
+        reader.initialOffset()
+        # With the prefetch full nothing is on its way: 20 held and 5 ready.
+        wait_until(lambda: reader.waiting == 20, timeout=10, what="a full prefetch")
+        reader.prepareForTriggerAvailableNow()
+        publish(broker.url, queue, 7, start=25)  # after the run started: not in it
+        _first, end = read_batch(reader, 0, 10)
+        _second, end = read_batch(reader, end, 10)  # acks the first: 10 more come
+        wait_until(lambda: reader.waiting >= 10, timeout=10, what="deliveries after an ack")
+        rows, after = reader.read({"next": end})
+        assert [row[4] for row in rows] == [f"id-{n}" for n in range(20, 25)]
+        assert after == {"next": 25}
+        rows, after = reader.read(after)
+        assert (list(rows), after) == ([], {"next": 25})  # the run is over
+        assert reader.waiting > 0  # later messages, held for the next run
+    finally:
+        reader.close()

@@ -51,3 +51,34 @@ def test_queue_mode_reads_every_message_once_and_leaves_the_queue_empty(
     assert sorted(int(row.message_id[3:]) for row in rows) == list(range(2800))
     assert {row.offset for row in rows} == {None}
     wait_until(lambda: message_count(broker.url, queue) == 0, 10, "an empty queue")
+
+
+def test_queue_mode_with_available_now_reads_what_is_there_and_ends(
+    spark: SparkSession, broker: Any, unique: Any, tmp_path: Path
+) -> None:
+    queue = unique("jobs")
+    with channel(broker.url) as ch:
+        ch.queue_declare(queue, durable=True)
+    publish(broker.url, queue, 2500)
+    frame = read_stream(spark, broker.url, queue, mode="queue", maxRecordsPerBatch=1000)
+
+    def run() -> list[int]:
+        query = (
+            frame.writeStream.format("parquet")
+            .option("path", str(tmp_path / "out"))
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        assert query.awaitTermination(180)  # it ends by itself
+        assert query.exception() is None
+        return [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+
+    sizes = run()
+    assert max(sizes) <= 1000 and sum(sizes) == 2500
+    # Spark asked for the batch after the last one before it ended, which acked it.
+    wait_until(lambda: message_count(broker.url, queue) == 0, 10, "an empty queue")
+    publish(broker.url, queue, 300, start=2500)
+    assert sum(run()) == 300
+    rows = spark.read.parquet(str(tmp_path / "out")).select("message_id").collect()
+    assert sorted(int(row.message_id[3:]) for row in rows) == list(range(2800))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ssl
 
-from kanin.spark.socket_read import login, tls_context
+from kanin.spark.socket_conn import login, tls_context
 
 
 def test_plain_login_takes_the_uri_s_user_and_password_decoded() -> None:

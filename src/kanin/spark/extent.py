@@ -13,8 +13,8 @@ grows), so first + count never overshoots the tail: a batch planned from it neve
 for messages that do not exist; at worst it stops short and the next batch goes on.
 The first offset is always read before the count that goes with it, for the same reason.
 
-RabbitMQ 3.10's count lags by seconds, so there the tail would need a scan instead;
-stream mode refuses RabbitMQ for now.
+RabbitMQ 3.10's count lags by seconds, so on any broker that is not kanin the extent is
+found by reading the stream instead (tail_scan.py).
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from kanin.spark.client import KaninSparkError, find_queue, is_kanin, not_a_stre
 from kanin.spark.offsets import StreamExtent
 from kanin.spark.options import KaninOptions
 from kanin.spark.rows import stream_offset
+from kanin.spark.tail_scan import TailScanProbe
 
 # Read the first offset again at least this often: it bounds how long a coincidence
 # (retention dropping as many messages as publishers added) can hold back the tail found.
@@ -37,15 +38,20 @@ FIRST_REFRESH_S = 5.0
 FIRST_DELIVERY_TIMEOUT_S = 30.0
 
 
+def extent_probe(
+    connection: AbstractConnection, options: KaninOptions
+) -> ExtentProbe | TailScanProbe:
+    """Counting on kanin; scanning elsewhere, where the count is not to be trusted."""
+    if is_kanin(connection):
+        return ExtentProbe(connection, options)
+    return TailScanProbe(options)
+
+
 class ExtentProbe:
-    """One stream's extent, over a connection the caller owns; runs on the loop thread."""
+    """One stream's extent on kanin, over a connection the caller owns; runs on the loop
+    thread."""
 
     def __init__(self, connection: AbstractConnection, options: KaninOptions) -> None:
-        if not is_kanin(connection):
-            raise KaninSparkError(
-                "stream mode needs a kanin broker for now: RabbitMQ's queue.declare-ok count "
-                f"of a stream lags, so it cannot say where {options.queue!r} ends"
-            )
         self.connection = connection
         self.options = options
         self._channel: AbstractChannel | None = None

@@ -20,6 +20,15 @@ A batch Spark runs again after a restart comes back empty (readBetweenOffsets ha
 nothing to give: its messages were never acked and come again, redelivered, in later
 batches). So this is at-least-once: a crash between a sink's commit and the ack sends
 that batch again. Every row has message_id and redelivered, so a sink can drop copies.
+
+Trigger.AvailableNow: when a run starts (Spark asks before any batch, so the reader has
+no consumer yet), the reader takes the queue's ready count (the passive
+queue.declare-ok message count, on a connection of its own) as how many messages the
+run may hand over, then starts its consumer. Batches stop there, so a run ends even
+while publishers go on; what arrives during the run is left for the next one. Should a
+consumer already be running, the count is what it holds plus the ready count, and
+deliveries on their way to it at that instant wait for the next run (never more is
+read than was there).
 """
 
 from __future__ import annotations
@@ -29,18 +38,24 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from pamqp import commands
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from kanin.spark.client import CONNECT_TIMEOUT_S
 from kanin.spark.offsets import next_of, offset_dict
 from kanin.spark.options import QUEUE_MODE_DEFAULT_BATCH, KaninOptions
 from kanin.spark.rows import Row, delivery_row
+from kanin.spark.socket_conn import SocketConnection
 from kanin.spark.socket_read import Delivery, SocketConsumer
 
 
-class KaninQueueReader(SimpleDataSourceStreamReader):
+class KaninQueueReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: KaninOptions) -> None:
         self.options = options
         self._consumer: _QueueConsumer | None = None  # made on first use, never pickled
+        # Set by prepareForTriggerAvailableNow: how many more this run may hand over.
+        self._run_budget: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_consumer": None}
@@ -61,11 +76,25 @@ class KaninQueueReader(SimpleDataSourceStreamReader):
         self._consumer_now()
         return offset_dict(0)
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        if self._consumer is None or self._consumer.closed:
+            # Nothing delivered to this reader yet: the ready count is all there is.
+            self._run_budget = ready_count(self.options)
+            self._consumer_now()
+            return
+        held = self._consumer.waiting  # first: what comes after this may be counted below
+        self._run_budget = held + ready_count(self.options)
+
     def read(self, start: dict[str, Any]) -> tuple[Iterator[Row], dict[str, int]]:
         begin = next_of(start)
         consumer = self._consumer_now()
         consumer.ack_through(begin)  # batches Spark committed
-        rows = consumer.take(begin, self.batch_size)
+        most = self.batch_size
+        if self._run_budget is not None:
+            most = min(most, self._run_budget)
+        rows = consumer.take(begin, most)
+        if self._run_budget is not None:
+            self._run_budget -= len(rows)
         return iter(rows), offset_dict(begin + len(rows))
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Row]:
@@ -147,3 +176,16 @@ class _QueueConsumer:
     def close(self) -> None:
         self.closed = True
         self._socket.abort()
+
+
+def ready_count(options: KaninOptions) -> int:
+    """The queue's ready messages now (none delivered and unacked), on a short-lived
+    connection of its own: the consumer's is busy reading."""
+    connection = SocketConnection(options, CONNECT_TIMEOUT_S, "queue count")
+    try:
+        connection.open_channel()
+        declare = commands.Queue.Declare(queue=options.queue or "", passive=True)
+        reply = connection.call(declare, commands.Queue.DeclareOk)
+        return int(reply.message_count or 0)
+    finally:
+        connection.close()

@@ -33,7 +33,7 @@ from pyspark.sql.streaming.datasource import (
 from kanin.spark import loop
 from kanin.spark.arrow import record_batches
 from kanin.spark.client import close_quietly, connect
-from kanin.spark.extent import ExtentProbe
+from kanin.spark.extent import ExtentProbe, extent_probe
 from kanin.spark.offsets import (
     OffsetRange,
     StreamExtent,
@@ -45,6 +45,7 @@ from kanin.spark.offsets import (
 )
 from kanin.spark.options import KaninOptions
 from kanin.spark.stream_read import read_range
+from kanin.spark.tail_scan import TailScanProbe
 
 PROBE_TIMEOUT_S = 60.0
 
@@ -71,7 +72,7 @@ class _Probe:
     def __init__(self, options: KaninOptions) -> None:
         self.options = options
         self._connection: AbstractConnection | None = None
-        self._extent_probe: ExtentProbe | None = None
+        self._extent_probe: ExtentProbe | TailScanProbe | None = None
 
     def extent(self) -> StreamExtent | None:
         return loop.run(self._extent(), PROBE_TIMEOUT_S)
@@ -80,7 +81,7 @@ class _Probe:
         if self._connection is None or self._connection.is_closed or not self._extent_probe:
             await close_quietly(self._connection)
             self._connection = await connect(self.options, "stream offsets")
-            self._extent_probe = ExtentProbe(self._connection, self.options)
+            self._extent_probe = extent_probe(self._connection, self.options)
         return await self._extent_probe.extent()
 
     def close(self) -> None:
