@@ -24,6 +24,8 @@ from typing import Any
 from pamqp import commands
 from pamqp import encode as pamqp_encode
 
+from kanin.amqp.longlong import LongLong as LongLong
+
 _BASIC_HEADER = struct.Struct(">HHQ")
 _TIMESTAMP = struct.Struct(">Q")
 BASIC_CLASS_ID = 60
@@ -93,10 +95,6 @@ def _open(
     ends.append(position + 4 + _LENGTH.unpack_from(data, position)[0])
     in_table.append(table)
     return position + 4
-
-
-class LongLong(int):
-    """An int that goes on the wire as a signed 64-bit field ('l')."""
 
 
 def encode_value(value: Any) -> bytes:

@@ -78,7 +78,7 @@ _FRAMED_ENQUEUE = struct.Struct(">II" + _ENQUEUE.format[1:])  # with the length 
 # An ENQUEUE's fixed part, framed, for readers that decode it in place (stream_reads.py):
 # length, checksum, type, id, priority, expiry, exchange, routing key, header, body and
 # queue key lengths; the queue key, exchange, routing key, header and body follow.
-FRAMED_ENQUEUE = _FRAMED_ENQUEUE
+FRAMED_ENQUEUE: struct.Struct = _FRAMED_ENQUEUE
 _U8 = struct.Struct(">B")
 _U32 = struct.Struct(">I")
 # A record longer than this is corruption, not data (messages are capped far below).
