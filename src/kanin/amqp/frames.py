@@ -16,15 +16,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Final
 
 from kanin.amqp import constants as C
 from kanin.amqp import methods
 from kanin.amqp.errors import AMQPError, ConnectionError_, erlang_binary
 from kanin.amqp.properties import decode_properties as decode_properties
 
-_FRAME_HEAD = struct.Struct(">BHI")
-_HEADER_FIXED = struct.Struct(">HHQ")
+_FRAME_HEAD: Final = struct.Struct(">BHI")
+_HEADER_FIXED: Final = struct.Struct(">HHQ")
 
 
 class MethodFrame:
@@ -242,7 +242,7 @@ class FrameReader:
         return size, frame_end
 
 
-_PUBLISH_ID = methods.PUBLISH_INDEX.to_bytes(4, "big")
+_PUBLISH_ID: Final = methods.PUBLISH_INDEX.to_bytes(4, "big")
 
 
 def unexpected_frame(frame_type: int, payload: bytes) -> AMQPError:

@@ -19,21 +19,21 @@ everything the decoder returns can be encoded. The rest is encoded as pamqp woul
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Final
 
 from pamqp import commands
 from pamqp import encode as pamqp_encode
 
 from kanin.amqp.longlong import LongLong as LongLong
 
-_BASIC_HEADER = struct.Struct(">HHQ")
-_TIMESTAMP = struct.Struct(">Q")
-BASIC_CLASS_ID = 60
+_BASIC_HEADER: Final = struct.Struct(">HHQ")
+_TIMESTAMP: Final = struct.Struct(">Q")
+BASIC_CLASS_ID: Final = 60
 
 
-MAX_TABLE_DEPTH = 100  # the outermost table is depth 1
+MAX_TABLE_DEPTH: Final = 100  # the outermost table is depth 1
 
-_LENGTH = struct.Struct(">I")
+_LENGTH: Final = struct.Struct(">I")
 # Sizes of the scalar field values pamqp decodes (pamqp.decode.TABLE_MAPPING).
 _FIXED_SIZES = {
     **dict.fromkeys(b"tbB", 1),
