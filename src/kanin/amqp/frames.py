@@ -15,7 +15,7 @@ Rules of this file:
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any, Final
 
 from kanin.amqp import constants as C
@@ -133,7 +133,7 @@ class FrameReader:
         """Buffer `data` to be parsed by a later `frames` call."""
         self._buffer += data
 
-    def frames(self, data: bytes = b"", limit: int = 0) -> Iterator[Frame]:
+    def frames(self, data: bytes = b"", limit: int = 0) -> Generator[Frame, None, None]:
         """The frames `data` completes, one at a time; at most `limit` of them (0 = all).
 
         The caller acts on each frame before the next is parsed, so the frames that

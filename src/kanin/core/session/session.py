@@ -30,6 +30,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -169,12 +170,15 @@ class Session:
         if self.closed:  # this was a continuation, and the peer went away meanwhile
             return
         try:
-            for frame in self.reader.frames(data, FRAMES_PER_TURN):
-                on_frame(self, frame)
-                if self.closed:
-                    return
-                if not self.writable or self._input_holds:
-                    break  # the rest waits until what we wrote has gone out, or an answer
+            # Closed explicitly, so the reader drops what was read even when the loop stops
+            # early: mypyc's generators do not run `finally` when they are merely dropped.
+            with closing(self.reader.frames(data, FRAMES_PER_TURN)) as frames:
+                for frame in frames:
+                    on_frame(self, frame)
+                    if self.closed:
+                        return
+                    if not self.writable or self._input_holds:
+                        break  # the rest waits until what we wrote has gone out, or an answer
             alarms = self.broker.alarms
             if self.is_publisher and alarms.blocked and not self.blocked:
                 self.on_alarm(True, alarms.reason)
