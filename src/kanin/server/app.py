@@ -9,6 +9,7 @@ import logging
 import time
 from pathlib import Path
 
+from kanin import __version__
 from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
 from kanin.core.persistence import Persistence
@@ -17,6 +18,7 @@ from kanin.errors import StartupError
 from kanin.mgmt.app import build_app
 from kanin.mgmt.context import MgmtContext
 from kanin.mgmt.server import MgmtServer
+from kanin.native import build_name
 from kanin.prometheus.app import build_metrics_app
 from kanin.server.bugs import loop_exception_handler
 from kanin.server.datadir_lock import DataDirLock
@@ -98,6 +100,7 @@ class BrokerServer:
         persistence.saver.changed()  # the first start writes the defaults
         await _saved(persistence)  # a failure is logged, and retried like any other
         log.info("recovered %s in %.2fs", data_dir, loop.time() - started)
+        log.info("kanin %s (%s)", __version__, build_name())
         self.disk = DiskMonitor(loop, data_dir, self.config.disk_free_limit_bytes, broker.alarms)
         self.disk.start()
         self.store.committer.on_round_end = self.disk.check
