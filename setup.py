@@ -85,8 +85,7 @@ def compiler_problem() -> str | None:
                 [str(source)], output_dir=work, include_dirs=[sysconfig.get_paths()["include"]]
             )
         except Exception as exc:  # CompileError, or the compiler missing altogether
-            lines = str(exc).strip().splitlines()
-            return f"{type(exc).__name__}: {lines[-1] if lines else ''}"
+            return f"{compiler.compiler_so[0]}: {type(exc).__name__}"
     return None
 
 
