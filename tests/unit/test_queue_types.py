@@ -64,6 +64,20 @@ def test_the_factory_makes_classic_queues_by_default_and_by_name() -> None:
         assert type(queue) is queues.ClassicQueue and queue.message_count == 0
 
 
+def test_isinstance_answers_for_each_type_whatever_was_asked_before() -> None:
+    """The management API and dead-lettering branch on isinstance: an answer about one type
+    must not leak into the next question about another (it did in the compiled build, when
+    Queue was an ABC: the types shared one isinstance cache)."""
+    clock, memory = FakeScheduler(), MemoryMonitor(2**40)
+    quorum = queues.QuorumQueue("q", "/", clock, memory)
+    assert not isinstance(quorum, queues.StreamQueue)
+    assert isinstance(quorum, queues.ClassicQueue)
+    other = queues.QuorumQueue("r", "/", clock, memory)
+    assert isinstance(other, queues.ClassicQueue)
+    assert not isinstance(other, queues.StreamQueue)
+    assert not isinstance(queues.ClassicQueue("c", "/", clock, memory), queues.QuorumQueue)
+
+
 def _runtime_imports(path: Path) -> set[str]:
     """kanin.core modules imported when `path` is imported (not under TYPE_CHECKING)."""
     found: set[str] = set()

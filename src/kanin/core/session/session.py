@@ -7,9 +7,8 @@ Rules of this file:
 - States go HEADER -> START_OK -> TUNE_OK -> OPEN_WAIT -> OPEN -> CLOSING -> CLOSED
   (opening.py drives the handshake, routing.py the channel table). In CLOSING (we sent
   connection.close) everything but close / close-ok is dropped, as the spec asks.
-- Reads are processed a whole data_received at a time; everything written meanwhile
-  is buffered and written once at the end of the event-loop turn, after the channels
-  have coalesced their publisher confirms.
+- Reads are processed a whole data_received at a time; everything written meanwhile is
+  buffered and written once at the end of the turn, after channels coalesce their confirms.
 - The -ok of a definition change waits until the definitions are on disk, and so does
   everything sent after it (gates.py); a failed save closes the connection with 541
   (the change stays, and is saved later).
@@ -20,9 +19,8 @@ Rules of this file:
   yet parsed, and while the peer does not read what we write (the transport paused our
   writes, or a turn's output reached WRITE_BUFFER_HIGH): otherwise a peer that sends
   requests but never reads the answers would grow our write buffers without bound.
-- An AMQPError from the codec or a channel becomes channel.close or connection.close;
-  any other exception is a bug: it is logged and the connection closed with 541,
-  and no other connection notices.
+- An AMQPError from the codec or a channel becomes channel.close or connection.close; any
+  other exception is a bug: logged, the connection closed with 541, no other one notices.
 """
 
 from __future__ import annotations
@@ -170,8 +168,7 @@ class Session:
         if self.closed:  # this was a continuation, and the peer went away meanwhile
             return
         try:
-            # Closed explicitly, so the reader drops what was read even when the loop stops
-            # early: mypyc's generators do not run `finally` when they are merely dropped.
+            # Closed: compiled, a generator dropped early never runs its `finally` (frames.py).
             with closing(self.reader.frames(data, FRAMES_PER_TURN)) as frames:
                 for frame in frames:
                     on_frame(self, frame)
