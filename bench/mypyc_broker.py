@@ -1,6 +1,6 @@
 """Broker CPU per message: one kanin tree against another (pure Python vs mypyc build).
 
-    python bench/mypyc_broker.py --trees src build/mypyc --reps 3
+    python bench/mypyc_broker.py --trees src "$(python tests/compiled_build.py)" --reps 3
 
 For each repetition and each tree (alternating), a fresh `kanin server` runs from that
 tree (PYTHONPATH), `kanin perf` (always run from this checkout's src, so the client is

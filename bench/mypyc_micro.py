@@ -1,11 +1,11 @@
 """CPU per operation of kanin's per-message codec and ledgers: pure Python vs mypyc.
 
-    python bench/mypyc_micro.py --trees src build/mypyc      # alternate two trees
-    PYTHONPATH=build/mypyc python bench/mypyc_micro.py        # one tree, this process
+    python bench/mypyc_micro.py --trees src "$(python tests/compiled_build.py)"  # two trees
+    PYTHONPATH="$(python tests/compiled_build.py)" python bench/mypyc_micro.py  # this process
 
-Each tree is a directory holding kanin/ (src, or one built with KANIN_MYPYC=1, see
-docs/mypyc.md). With --trees the script runs itself once per tree and repetition,
-alternating the trees, and prints the median of the runs' medians. Time is the process's
+Each tree is a directory holding kanin/ (src, or the compiled tree that
+tests/compiled_build.py builds, see docs/mypyc.md). With --trees the script runs itself
+once per tree and repetition, alternating the trees, and prints the median of the runs' medians. Time is the process's
 CPU time (time.process_time), not wall time: the machine is shared.
 """
 
