@@ -5,8 +5,9 @@
 
 Each tree is a directory holding kanin/ (src, or the compiled tree that
 tests/compiled_build.py builds, see docs/mypyc.md). With --trees the script runs itself
-once per tree and repetition, alternating the trees, and prints the median of the runs' medians. Time is the process's
-CPU time (time.process_time), not wall time: the machine is shared.
+once per tree and repetition, alternating the trees, and prints the median of the runs'
+medians. Time is the process's CPU time (time.process_time), not wall time: the machine
+is shared.
 """
 
 from __future__ import annotations
