@@ -7,6 +7,7 @@ import gc
 import json
 import logging
 import time
+from collections.abc import Collection
 from pathlib import Path
 
 from kanin import __version__
@@ -151,8 +152,8 @@ class BrokerServer:
             )
 
     @property
-    def connections(self) -> set[Session]:
-        return self.broker.connections if self.broker is not None else set()
+    def connections(self) -> Collection[Session]:
+        return self.broker.connections if self.broker is not None else ()
 
     def stats(self) -> dict[str, float]:
         """Counters for benchmarks: store commit rounds (fsync batches) and records."""
