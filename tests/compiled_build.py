@@ -54,9 +54,7 @@ def compiled_tree() -> Path:
         import mypyc  # noqa: F401
         import setuptools  # noqa: F401
     except ImportError as exc:
-        raise NotCompiled(
-            f"{exc.name} is not installed here (pip install mypy setuptools)"
-        ) from exc
+        raise NotCompiled(f"{exc.name} is not installed (pip install mypy setuptools)") from exc
     home = BUILD / f"compiled-{source_digest()}"
     lib, done = home / "lib", home / "complete"
     home.mkdir(parents=True, exist_ok=True)
