@@ -27,6 +27,13 @@ bench/README.md explains each column.
 --baseline-src DIR adds a third broker, kanin-baseline: `kanin server` run from DIR/src
 (another checkout, e.g. the code before a change), loaded by the same `kanin perf` as the
 others, and the report adds kanin ÷ kanin-baseline. --no-rabbitmq leaves RabbitMQ out.
+
+    python bench/compare.py --compiled --baseline-src . --no-rabbitmq --only cd --out /tmp/ab
+
+--compiled runs the kanin broker from the compiled build (mypyc, tests/compiled_build.py,
+made from this tree's sources and checked to be the same sources as the snapshot); with
+--baseline-src . that is compiled (kanin) against pure (kanin-baseline), same code. The
+`kanin perf` client is always the pure snapshot, the same for every broker.
 """
 
 from __future__ import annotations
@@ -107,6 +114,11 @@ def parse_args() -> argparse.Namespace:
         help="also run kanin-baseline, `kanin server` from DIR/src (another kanin checkout)",
     )
     p.add_argument("--no-rabbitmq", action="store_true", help="leave RabbitMQ out of the run")
+    p.add_argument(
+        "--compiled",
+        action="store_true",
+        help="run the kanin broker from the compiled build of this tree (mypyc)",
+    )
     args = p.parse_args()
     if set(args.only) - set(SCENARIOS):
         p.error(f"--only takes letters from {SCENARIOS}, got {args.only!r}")
@@ -475,6 +487,31 @@ def snapshot_baseline(run: Run) -> dict[str, Any]:
     }
 
 
+def snapshot_compiled(run: Run) -> dict[str, Any]:
+    """Build (or reuse) the compiled tree of this checkout and copy it, as the sources are
+    copied; it must hold the very sources of the snapshot, or the run would compare two
+    versions of the code."""
+    built = subprocess.run(
+        [harness.PYTHON, str(ROOT / "tests" / "compiled_build.py")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if built.returncode != 0:
+        raise RuntimeError(f"--compiled: {built.stderr.strip() or built.stdout.strip()}")
+    tree = Path(built.stdout.strip().splitlines()[-1])
+    copy = run.work / "compiled"
+    shutil.copytree(tree, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    digest = harness.source_digest(copy)
+    if digest != harness.source_digest(run.work / "src"):
+        raise RuntimeError("--compiled: the built tree's sources are not the snapshot's")
+    imported = harness.kanin_imported_from(copy)
+    if imported != copy / "kanin":
+        raise RuntimeError(f"with PYTHONPATH={copy}, kanin is imported from {imported}")
+    run.kanin_paths[KANIN] = copy
+    return {"kanin_build": "compiled with mypyc", "kanin_compiled_tree": str(tree)}
+
+
 def git_commit(directory: Path) -> str | None:
     """The commit checked out in directory, if it is the top of a git work tree.
 
@@ -510,6 +547,9 @@ def main() -> int:
     try:
         results["environment"] = durability.environment(work, rabbitmq=use_rabbitmq)
         results["environment"]["kanin_source_digest"] = harness.snapshot_source(ROOT, work)
+        results["environment"]["kanin_build"] = "pure Python"
+        if args.compiled:
+            results["environment"] |= snapshot_compiled(run)
         if args.baseline_src is not None:
             results["environment"] |= snapshot_baseline(run)
         results["environment"] |= {"fd_limit": fd_limit, "started_rabbitmq": started_rabbitmq}

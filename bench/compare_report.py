@@ -347,9 +347,17 @@ def baseline_line(results: dict[str, Any]) -> list[str]:
         "the current tree's, so only the broker differs. *kanin ÷ kanin-baseline* above 1 "
         "means the current kanin is faster (for CPU: spends more per message)."
     )
+    compiled = env.get("kanin_build") == "compiled with mypyc"
+    if compiled:
+        line += (
+            " kanin runs the compiled build (mypyc) of its sources, built in "
+            f"{env.get('kanin_compiled_tree')}; kanin-baseline is pure Python."
+        )
     if env["kanin_baseline_digest"] == env.get("kanin_source_digest"):
-        # Then the ratio measures nothing but this machine's noise.
-        line += " These are the same sources as kanin's: the ratios show the run's noise."
+        # Then the ratio measures nothing but this machine's noise, or the build's effect.
+        line += " These are the same sources as kanin's: the ratios show " + (
+            "what compiling gains." if compiled else "the run's noise."
+        )
     return [line, ""]
 
 

@@ -46,9 +46,14 @@ def copy_source(root: Path, copy: Path) -> str:
     shutil.copytree(
         root / "src" / "kanin", copy / "kanin", ignore=shutil.ignore_patterns("__pycache__")
     )
+    return source_digest(copy)
+
+
+def source_digest(tree: Path) -> str:
+    """A short digest of the .py files of tree/kanin (a compiled tree has them too)."""
     digest = hashlib.sha256()
-    for path in sorted((copy / "kanin").rglob("*.py")):
-        digest.update(path.relative_to(copy).as_posix().encode() + b"\0" + path.read_bytes())
+    for path in sorted((tree / "kanin").rglob("*.py")):
+        digest.update(path.relative_to(tree).as_posix().encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
 

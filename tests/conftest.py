@@ -36,6 +36,16 @@ class BrokerEndpoint:
     embedded: EmbeddedBroker | None  # None when the suite runs against an external broker
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under tests/test_compiled.py the run must import the compiled build, not fall back
+    to the pure package unnoticed (a stale or missing tree on PYTHONPATH)."""
+    if os.environ.get("KANIN_EXPECT_COMPILED"):
+        from kanin.native import build_name
+
+        if build_name() != "compiled with mypyc":
+            raise pytest.UsageError(f"KANIN_EXPECT_COMPILED is set but kanin is {build_name()}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not EXTERNAL_URL:
         return

@@ -178,3 +178,65 @@ def test_no_module_is_too_long_and_the_asyncio_edge_is_thin() -> None:
         if lines > limit:
             too_long.append(f"{name}: {lines} lines (at most {limit})")
     assert too_long == []
+
+
+def compiled_modules() -> list[Path]:
+    """setup.py's COMPILED list: the modules mypyc compiles in the default build."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "COMPILED":
+            return [ROOT / name for name in ast.literal_eval(node.value)]
+    raise AssertionError("setup.py has no COMPILED list")
+
+
+def compiled_rule_breaches(path: Path) -> Iterator[str]:
+    """What behaves differently once compiled with mypyc (docs/mypyc.md says why each):
+    a class deriving from ABC (the types share abc.ABC's isinstance cache) and
+    super().__init__(*args, **kwargs) (the tuple and dict arrive as two arguments)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ClassDef):
+            if any(ast.unparse(base) in ("ABC", "abc.ABC") for base in node.bases):
+                yield f"{path.relative_to(ROOT)}:{node.lineno}: class {node.name}(ABC)"
+        elif isinstance(node, ast.Call) and _forwards_everything_to_super_init(node):
+            yield f"{path.relative_to(ROOT)}:{node.lineno}: super().__init__(*, **)"
+
+
+def _forwards_everything_to_super_init(call: ast.Call) -> bool:
+    return ast.unparse(call.func) == "super().__init__" and (
+        any(isinstance(arg, ast.Starred) for arg in call.args)
+        or any(keyword.arg is None for keyword in call.keywords)
+    )
+
+
+def test_compiled_modules_keep_to_what_mypyc_compiles_faithfully() -> None:
+    modules = compiled_modules()
+    assert len(modules) >= 29 and all(path.exists() for path in modules)
+    assert [breach for path in modules for breach in compiled_rule_breaches(path)] == []
+
+
+def test_the_compiled_rules_catch_what_they_are_for(tmp_path: Path) -> None:
+    sample = ROOT / "build" / "rule_sample.py"
+    sample.parent.mkdir(exist_ok=True)
+    sample.write_text(
+        "class Q(ABC):\n    def __init__(self, *a, **k):\n        super().__init__(*a, **k)\n"
+    )
+    try:
+        assert len(list(compiled_rule_breaches(sample))) == 2
+    finally:
+        sample.unlink()
+
+
+BUILTIN_CONTAINERS = {"set", "dict", "list", "frozenset", "tuple", "bytearray"}
+
+
+def test_no_class_overrides_a_builtin_container() -> None:
+    """Compiled code holding such an object typed as the builtin calls the builtin's C
+    methods directly, past the override (a connection set's counting was lost so)."""
+    found = []
+    for name, path in layer_modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                bases = {ast.unparse(base).split("[")[0] for base in node.bases}
+                if bases & BUILTIN_CONTAINERS:
+                    found.append(f"{name}: class {node.name}")
+    assert found == []

@@ -33,9 +33,15 @@ from kanin.amqp.frames import (
 from kanin.amqp.methods import DeliveryEncoder, encode_content, encode_deliver_head
 from kanin.amqp.tables import encode_header
 from kanin.core.confirms import ConfirmLedger
+from kanin.core.memory import MemoryMonitor
+from kanin.core.message import Entry
+from kanin.core.queues import ClassicQueue
 from kanin.core.unacked import Unacked, UnackedLedger
+from kanin.testing.clock import FakeScheduler
 
 # -- value strategies ----------------------------------------------------------------------
+
+LEDGER_QUEUE = ClassicQueue("q", "/", FakeScheduler(), MemoryMonitor(2**40))
 
 
 def shortstr(min_size: int = 0, max_size: int = 40) -> st.SearchStrategy[str]:
@@ -363,7 +369,8 @@ def test_content_round_trips_through_encode_content_reader_and_assembler(
 
 
 def record(tag: int) -> Unacked:
-    return Unacked(tag, cast(Any, "queue"), cast(Any, f"entry-{tag}"), None)
+    # Real queue and entry (the compiled build checks declared types); seq = tag.
+    return Unacked(tag, LEDGER_QUEUE, Entry(None, tag, size=1), None)
 
 
 class UnackedMachine(RuleBasedStateMachine):
@@ -409,7 +416,7 @@ class UnackedMachine(RuleBasedStateMachine):
             expected = [t for t in ordered if t <= tag] if multiple else [tag]
         settled = self.ledger.settle(tag, multiple)
         assert [r.tag for r in settled] == expected
-        assert all(r.entry == f"entry-{r.tag}" for r in settled)
+        assert all(r.entry.seq == r.tag for r in settled)
         self.model -= set(expected)
         if in_tx:
             self.tx_settled.append(settled)

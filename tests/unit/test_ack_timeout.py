@@ -4,9 +4,10 @@ deliveries and their own timeouts are respected, and an idle channel has no time
 
 from __future__ import annotations
 
-from typing import Any
-
 from kanin.core.ack_timeout import AckDeadlines
+from kanin.core.memory import MemoryMonitor
+from kanin.core.message import Entry
+from kanin.core.queues import ClassicQueue
 from kanin.core.unacked import Unacked, UnackedLedger
 from kanin.testing.clock import FakeScheduler
 
@@ -17,6 +18,8 @@ class Channel:
     def __init__(self, clock: FakeScheduler) -> None:
         self.clock = clock
         self.ledger = UnackedLedger()
+        # The watch reads only tags; real objects, as the compiled build checks types.
+        self.queue = ClassicQueue("q", "/", clock, MemoryMonitor(2**40))
         self.timeouts: dict[int, float] = {}
         self.expired: list[tuple[int, float]] = []
         self.watch = AckDeadlines(
@@ -30,7 +33,7 @@ class Channel:
     def deliver(self, timeout_s: float) -> int:
         tag = self.ledger.next_tag()
         self.watch.use(timeout_s)
-        self.ledger.add(Unacked(tag, Any, Any, None))  # type: ignore[arg-type]
+        self.ledger.add(Unacked(tag, self.queue, Entry(None, tag, size=1), None))
         self.timeouts[tag] = timeout_s
         if self.watch.idle:
             self.watch.wake()

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 import pytest
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError, ConnectionError_
+from kanin.core.memory import MemoryMonitor
+from kanin.core.message import Entry
+from kanin.core.queues import ClassicQueue
 from kanin.core.unacked import Unacked, UnackedLedger
+from kanin.testing.clock import FakeScheduler
+
+# Real queue and entries (the compiled build checks the declared types at run time); the
+# ledger only keeps them. An entry's seq is its delivery's tag, so tests can tell them apart.
+QUEUE = ClassicQueue("q", "/", FakeScheduler(), MemoryMonitor(2**40))
 
 
 def deliver(ledger: UnackedLedger, count: int) -> list[int]:
@@ -16,7 +22,7 @@ def deliver(ledger: UnackedLedger, count: int) -> list[int]:
     tags = []
     for _ in range(count):
         tag = ledger.next_tag()
-        ledger.add(Unacked(tag, cast(Any, f"queue-{tag}"), cast(Any, f"entry-{tag}"), None))
+        ledger.add(Unacked(tag, QUEUE, Entry(None, tag, size=1), None))
         tags.append(tag)
     return tags
 
@@ -85,7 +91,7 @@ def test_ack_without_multiple_settles_only_that_tag() -> None:
     deliver(ledger, 8)
     settled = ledger.settle(5, False)
     assert tags_of(settled) == [5]
-    assert settled[0].entry == "entry-5"
+    assert settled[0].entry.seq == 5
     assert outstanding(ledger) == [1, 2, 3, 4, 6, 7, 8]
 
 

@@ -1,21 +1,23 @@
 """Wire constants of AMQP 0-9-1 and the reply codes RabbitMQ uses."""
 
+from typing import Final
+
 PROTOCOL_HEADER = b"AMQP\x00\x00\x09\x01"
 # Headers a connection may open with. RabbitMQ 3.10 also takes AMQP 0-9's header (some
 # 0-9-1 client libraries, Perl's Net::AMQP among them, still send it) and speaks 0-9-1
 # to it; the two 0-8 headers it also takes get AMQP 0-8, which kanin does not speak.
 ACCEPTED_PROTOCOL_HEADERS = (PROTOCOL_HEADER, b"AMQP\x01\x01\x00\x09")
 
-FRAME_METHOD = 1
-FRAME_HEADER = 2
-FRAME_BODY = 3
-FRAME_HEARTBEAT = 8
-FRAME_END = 0xCE
-FRAME_HEADER_SIZE = 7  # type (1) + channel (2) + size (4)
-FRAME_OVERHEAD = FRAME_HEADER_SIZE + 1  # plus the frame-end octet
-FRAME_MIN_SIZE = 4096
+FRAME_METHOD: Final = 1
+FRAME_HEADER: Final = 2
+FRAME_BODY: Final = 3
+FRAME_HEARTBEAT: Final = 8
+FRAME_END: Final = 0xCE
+FRAME_HEADER_SIZE: Final = 7  # type (1) + channel (2) + size (4)
+FRAME_OVERHEAD: Final = FRAME_HEADER_SIZE + 1  # plus the frame-end octet
+FRAME_MIN_SIZE: Final = 4096
 
-BASIC_CLASS_ID = 60
+BASIC_CLASS_ID: Final = 60
 
 # Reply codes (AMQP 0-9-1 spec, section 1.2 "Constants").
 REPLY_SUCCESS = 200

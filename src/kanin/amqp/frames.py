@@ -15,16 +15,16 @@ Rules of this file:
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Generator
+from typing import Any, Final
 
 from kanin.amqp import constants as C
 from kanin.amqp import methods
 from kanin.amqp.errors import AMQPError, ConnectionError_, erlang_binary
 from kanin.amqp.properties import decode_properties as decode_properties
 
-_FRAME_HEAD = struct.Struct(">BHI")
-_HEADER_FIXED = struct.Struct(">HHQ")
+_FRAME_HEAD: Final = struct.Struct(">BHI")
+_HEADER_FIXED: Final = struct.Struct(">HHQ")
 
 
 class MethodFrame:
@@ -133,7 +133,7 @@ class FrameReader:
         """Buffer `data` to be parsed by a later `frames` call."""
         self._buffer += data
 
-    def frames(self, data: bytes = b"", limit: int = 0) -> Iterator[Frame]:
+    def frames(self, data: bytes = b"", limit: int = 0) -> Generator[Frame, None, None]:
         """The frames `data` completes, one at a time; at most `limit` of them (0 = all).
 
         The caller acts on each frame before the next is parsed, so the frames that
@@ -245,7 +245,7 @@ class FrameReader:
         return PublishFrames(channel, method, header_frame, body), next_offset
 
 
-_PUBLISH_ID = methods.PUBLISH_INDEX.to_bytes(4, "big")
+_PUBLISH_ID: Final = methods.PUBLISH_INDEX.to_bytes(4, "big")
 
 
 def unexpected_frame(frame_type: int, payload: bytes) -> AMQPError:

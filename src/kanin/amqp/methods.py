@@ -8,7 +8,7 @@ have small struct-based fast paths here whose output tests compare with pamqp's.
 from __future__ import annotations
 
 import struct
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from pamqp import commands
 from pamqp import decode as pamqp_decode
@@ -18,18 +18,18 @@ from kanin.amqp import constants as C
 from kanin.amqp.errors import AMQPError, ConnectionError_, erlang_binary
 from kanin.amqp.tables import check_table_depth
 
-_METHOD_ID = struct.Struct(">I")
-_SHORT = struct.Struct(">H")
-_LONG = struct.Struct(">I")
+_METHOD_ID: Final = struct.Struct(">I")
+_SHORT: Final = struct.Struct(">H")
+_LONG: Final = struct.Struct(">I")
 
 T = TypeVar("T")
-_ACK = struct.Struct(">QB")
-_FRAME_HEAD = struct.Struct(">BHI")
-_TAG = struct.Struct(">Q")
+_ACK: Final = struct.Struct(">QB")
+_FRAME_HEAD: Final = struct.Struct(">BHI")
+_TAG: Final = struct.Struct(">Q")
 
-PUBLISH_INDEX = commands.Basic.Publish.index
-ACK_INDEX = commands.Basic.Ack.index
-DELIVER_INDEX = commands.Basic.Deliver.index
+PUBLISH_INDEX: Final = commands.Basic.Publish.index
+ACK_INDEX: Final = commands.Basic.Ack.index
+DELIVER_INDEX: Final = commands.Basic.Deliver.index
 
 
 def class_and_method(index: int) -> tuple[int, int]:

@@ -20,7 +20,7 @@ two fields publishing rewrites in place (headers, reply_to) are never cached.
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Final
 
 from pamqp import commands
 from pamqp import decode as pamqp_decode
@@ -39,19 +39,19 @@ _FIELDS: tuple[tuple[str, int, int], ...] = tuple(
     for name in Properties.__slots__
 )
 _UNSET = {name: getattr(Properties(), name) for name in Properties.__slots__}  # pamqp defaults
-_FLAGS = struct.Struct(">H")
-_TIMESTAMP_VALUE = struct.Struct(">Q")
+_FLAGS: Final = struct.Struct(">H")
+_TIMESTAMP_VALUE: Final = struct.Struct(">Q")
 
 # Properties publishing rewrites in place, or that differ from message to message.
 _NOT_CACHED = sum(
     Properties.flags[name]
     for name in ("headers", "reply_to", "message_id", "correlation_id", "timestamp")
 )
-_CACHE_MAX = 1024
+_CACHE_MAX: Final = 1024
 _cache: dict[bytes, Any] = {}
 
-_HEADER_FIXED_SIZE = 12  # class id, weight, body size
-_EXPIRATION_FLAG = Properties.flags["expiration"]
+_HEADER_FIXED_SIZE: Final = 12  # class id, weight, body size
+_EXPIRATION_FLAG: Final = Properties.flags["expiration"]
 
 
 def decode_properties(header_payload: bytes) -> Any:

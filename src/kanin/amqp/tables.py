@@ -19,19 +19,21 @@ everything the decoder returns can be encoded. The rest is encoded as pamqp woul
 from __future__ import annotations
 
 import struct
-from typing import Any
+from typing import Any, Final
 
 from pamqp import commands
 from pamqp import encode as pamqp_encode
 
-_BASIC_HEADER = struct.Struct(">HHQ")
-_TIMESTAMP = struct.Struct(">Q")
-BASIC_CLASS_ID = 60
+from kanin.amqp.longlong import LongLong as LongLong
+
+_BASIC_HEADER: Final = struct.Struct(">HHQ")
+_TIMESTAMP: Final = struct.Struct(">Q")
+BASIC_CLASS_ID: Final = 60
 
 
-MAX_TABLE_DEPTH = 100  # the outermost table is depth 1
+MAX_TABLE_DEPTH: Final = 100  # the outermost table is depth 1
 
-_LENGTH = struct.Struct(">I")
+_LENGTH: Final = struct.Struct(">I")
 # Sizes of the scalar field values pamqp decodes (pamqp.decode.TABLE_MAPPING).
 _FIXED_SIZES = {
     **dict.fromkeys(b"tbB", 1),
@@ -93,10 +95,6 @@ def _open(
     ends.append(position + 4 + _LENGTH.unpack_from(data, position)[0])
     in_table.append(table)
     return position + 4
-
-
-class LongLong(int):
-    """An int that goes on the wire as a signed 64-bit field ('l')."""
 
 
 def encode_value(value: Any) -> bytes:

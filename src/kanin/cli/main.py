@@ -17,6 +17,7 @@ from kanin.cli.layers import Layered, SettingError, layer
 from kanin.cli.tls_options import add_tls_options, tls_problem, tls_settings
 from kanin.config import BrokerConfig, UserSpec, default_memory_high_watermark
 from kanin.errors import StartupError
+from kanin.native import build_name
 
 
 class OptionError(StartupError):
@@ -30,7 +31,9 @@ class OptionError(StartupError):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kanin", description="An AMQP 0-9-1 message broker.")
-    parser.add_argument("--version", action="version", version=f"kanin {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"kanin {__version__} ({build_name()})"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     server = commands.add_parser(
         "server",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from kanin.config import BrokerConfig, PermissionSpec
 from kanin.core.alarms import Alarms
@@ -61,7 +61,7 @@ class Broker:
         self.memory.on_alarm_change = lambda raised: self.alarms.set("memory", raised)
         self.counters = BrokerCounters()  # running totals, for the metrics
         # Open AMQP connections (the server layer adds and removes them).
-        self.connections: set[Any] = ConnectionSet(self.counters)
+        self.connections = ConnectionSet(self.counters)
         self.vhosts: dict[str, VirtualHost] = {}
         # Direct reply-to consumers: a reply may come from any connection.
         self.replies = ReplyRegistry()

@@ -45,6 +45,7 @@ from kanin.core.queues import Queue
 from kanin.core.queues.returns import delivery_count_header
 from kanin.core.reply_to import ReplyConsumer
 from kanin.core.unacked import Unacked, UnackedLedger
+from kanin.native import mypyc_attr
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -72,6 +73,8 @@ class Delivered(Protocol):
 HOLD_ACKS_S = 0.01
 
 
+# Tests subclass Channel (tests/core_harness.py); compiled, that needs this.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Channel:
     def __init__(self, channel_id: int, port: ConnectionPort, services: ChannelServices) -> None:
         self.id = channel_id

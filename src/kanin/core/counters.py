@@ -6,6 +6,7 @@ attributes, see Queue and Exchange), bumped beside these."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -42,19 +43,33 @@ class BrokerCounters:
         self.connections_closed = 0
 
 
-class ConnectionSet(set[Any]):
-    """The broker's open connections, counting every one that comes and goes."""
+class ConnectionSet:
+    """The broker's open connections, counting every one that comes and goes.
+
+    It holds a set rather than being one: compiled with mypyc, code that holds it typed as
+    a set calls set.add directly, past an override, and no connection was counted."""
+
+    __slots__ = ("_members", "counters")
 
     def __init__(self, counters: BrokerCounters) -> None:
-        super().__init__()
+        self._members: set[Any] = set()
         self.counters = counters
 
     def add(self, element: Any) -> None:
-        if element not in self:
+        if element not in self._members:
             self.counters.connections_opened += 1
-        super().add(element)
+        self._members.add(element)
 
     def discard(self, element: Any) -> None:
-        if element in self:
+        if element in self._members:
             self.counters.connections_closed += 1
-        super().discard(element)
+        self._members.discard(element)
+
+    def __contains__(self, element: object) -> bool:
+        return element in self._members
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._members)
+
+    def __len__(self) -> int:
+        return len(self._members)

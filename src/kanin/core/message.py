@@ -125,6 +125,11 @@ class Entry:
     def __lt__(self, other: Entry) -> bool:
         return self.seq < other.seq
 
+    def __hash__(self) -> int:
+        # By identity, as object's. Stated because a mypyc-compiled class that defines
+        # __lt__ without __hash__ is unhashable (https://github.com/mypyc/mypyc/issues/1173).
+        return id(self) >> 4  # object addresses are 16-byte aligned
+
 
 def message_cost(message: Message) -> int:
     """What holding `message` in memory costs: body, encoded header (properties, header

@@ -7,8 +7,10 @@ import gc
 import json
 import logging
 import time
+from collections.abc import Collection
 from pathlib import Path
 
+from kanin import __version__
 from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
 from kanin.core.persistence import Persistence
@@ -17,6 +19,7 @@ from kanin.errors import StartupError
 from kanin.mgmt.app import build_app
 from kanin.mgmt.context import MgmtContext
 from kanin.mgmt.server import MgmtServer
+from kanin.native import build_name
 from kanin.prometheus.app import build_metrics_app
 from kanin.server.bugs import loop_exception_handler
 from kanin.server.datadir_lock import DataDirLock
@@ -98,6 +101,7 @@ class BrokerServer:
         persistence.saver.changed()  # the first start writes the defaults
         await _saved(persistence)  # a failure is logged, and retried like any other
         log.info("recovered %s in %.2fs", data_dir, loop.time() - started)
+        log.info("kanin %s (%s)", __version__, build_name())
         self.disk = DiskMonitor(loop, data_dir, self.config.disk_free_limit_bytes, broker.alarms)
         self.disk.start()
         self.store.committer.on_round_end = self.disk.check
@@ -148,8 +152,8 @@ class BrokerServer:
             )
 
     @property
-    def connections(self) -> set[Session]:
-        return self.broker.connections if self.broker is not None else set()
+    def connections(self) -> Collection[Session]:
+        return self.broker.connections if self.broker is not None else ()
 
     def stats(self) -> dict[str, float]:
         """Counters for benchmarks: store commit rounds (fsync batches) and records."""

@@ -61,7 +61,15 @@ class Prelude:
 
 
 class PreludeFailed(Exception):
-    """The prelude raised: its owner reports that (once per outage), not the committer."""
+    """The prelude raised: its owner reports that (once per outage), not the committer.
+
+    The prelude's exception is kept in `error`, not only as `__cause__`: compiled with
+    mypyc, `raise ... from exc` leaves `__cause__` None, and the owner then heard of a
+    failed save as a success."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 class GroupCommitter:
@@ -222,7 +230,7 @@ class GroupCommitter:
         error = done.exception()
         ok = error is None
         if prelude is not None:
-            prelude.done(error.__cause__ if isinstance(error, PreludeFailed) else None)
+            prelude.done(error.error if isinstance(error, PreludeFailed) else None)
         store_error = error is not None and not isinstance(error, PreludeFailed)
         if store_error and not self._write_failing:
             log.error("message store write failed: %s", error)  # once, not every round

@@ -58,31 +58,31 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from mmap import mmap
+from typing import Final
 
 MAGIC = b"KNLG"
-VERSION = 2
+VERSION: Final = 2
 READABLE_VERSIONS = (1, 2)
 FILE_HEADER = MAGIC + struct.pack(">I", VERSION)
-FILE_HEADER_BYTES = len(FILE_HEADER)
+FILE_HEADER_BYTES: Final = len(FILE_HEADER)
 
-ENQUEUE = 1
-REMOVE = 2
-DELIVERED = 3
-REDELIVERED = 4
+ENQUEUE: Final = 1
+REMOVE: Final = 2
+DELIVERED: Final = 3
+REDELIVERED: Final = 4
 
-PREFIX = struct.Struct(">II")
-_SIMPLE = struct.Struct(">BQH")  # type, id, queue key length
-_COUNTED = struct.Struct(">BQIH")  # REDELIVERED: type, id, returns, queue key length
-_ENQUEUE = struct.Struct(">BQBQBBIIH")  # type, id, priority, expiry, 4 lengths, queue length
-_FRAMED_ENQUEUE = struct.Struct(">II" + _ENQUEUE.format[1:])  # with the length and checksum
-# An ENQUEUE's fixed part, framed, for readers that decode it in place (stream_reads.py):
-# length, checksum, type, id, priority, expiry, exchange, routing key, header, body and
-# queue key lengths; the queue key, exchange, routing key, header and body follow.
-FRAMED_ENQUEUE = _FRAMED_ENQUEUE
-_U8 = struct.Struct(">B")
-_U32 = struct.Struct(">I")
+PREFIX: Final = struct.Struct(">II")
+_SIMPLE: Final = struct.Struct(">BQH")  # type, id, queue key length
+_COUNTED: Final = struct.Struct(">BQIH")  # REDELIVERED: type, id, returns, queue key length
+_ENQUEUE: Final = struct.Struct(">BQBQBBIIH")  # type, id, priority, expiry, 4 lengths, queue
+_FRAMED_ENQUEUE: Final = struct.Struct(">II" + _ENQUEUE.format[1:])  # with length and checksum
+# An ENQUEUE's fixed part, framed, for readers that decode it in place (stream_reads.py): the
+# _FRAMED_ENQUEUE fields; the queue key, exchange, routing key, header and body follow.
+FRAMED_ENQUEUE: Final[struct.Struct] = _FRAMED_ENQUEUE
+_U8: Final = struct.Struct(">B")
+_U32: Final = struct.Struct(">I")
 # A record longer than this is corruption, not data (messages are capped far below).
-MAX_RECORD_BYTES = 1 << 31
+MAX_RECORD_BYTES: Final = 1 << 31
 
 
 @dataclass(slots=True)  # not frozen: one per record read, and a frozen __init__ costs 3x

@@ -7,7 +7,7 @@ and dispatches its messages is its own business. Each method says who calls it.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -26,8 +26,13 @@ if TYPE_CHECKING:
 REFUSED, ACCEPTED, STORED = 0, 1, 2
 
 
-class Queue(ABC):
-    """A queue's identity is common to every type; its behaviour is each type's own."""
+class Queue:
+    """A queue's identity is common to every type; its behaviour is each type's own.
+
+    Not an ABC (the abstractmethods are for the type check): compiled with mypyc, the
+    queue classes had no ABC state of their own and shared abc.ABC's isinstance cache, so
+    after isinstance(a quorum queue, StreamQueue) said False, isinstance(it, ClassicQueue)
+    said False too, and the other way round a quorum queue passed for a stream."""
 
     type_name: ClassVar[str] = ""  # x-queue-type
     # basic.consume on a channel with a global prefetch limit (quorum queues refuse it).

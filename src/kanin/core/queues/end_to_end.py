@@ -33,22 +33,52 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES
 from kanin.core.queue_args import QueueArgs
 from kanin.core.queues.base import ACCEPTED, REFUSED
 from kanin.core.queues.classic import ClassicQueue
 
 if TYPE_CHECKING:
     from kanin.core.confirms import ConfirmTicket
+    from kanin.core.memory import MemoryMonitor
     from kanin.core.message import Entry, Message
+    from kanin.core.scheduling import Scheduler
+    from kanin.store.api import MessageStore
 
 
 class EndToEndQueue(ClassicQueue):
     settles_confirms = True
 
-    def __init__(self, *positional: Any, **named: Any) -> None:
-        named["args"] = _held_at_most_confirm_timeout(named.get("args") or QueueArgs())
-        named["store"] = None  # see the module docstring: nothing is stored
-        super().__init__(*positional, **named)
+    def __init__(
+        self,
+        name: str,
+        vhost: str,
+        scheduler: Scheduler,
+        memory: MemoryMonitor,
+        *,
+        durable: bool = False,
+        exclusive_owner: object | None = None,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        args: QueueArgs | None = None,
+        store: MessageStore | None = None,  # ignored: see the module docstring
+        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    ) -> None:
+        # ClassicQueue's parameters spelled out: compiled with mypyc, super().__init__(*args,
+        # **kwargs) hands the native __init__ the tuple and the dict as arguments.
+        super().__init__(
+            name,
+            vhost,
+            scheduler,
+            memory,
+            durable=durable,
+            exclusive_owner=exclusive_owner,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            args=_held_at_most_confirm_timeout(args or QueueArgs()),
+            store=None,  # see the module docstring: nothing is stored
+            memory_budget_bytes=memory_budget_bytes,
+        )
         # Entry seq -> the confirms its ack settles (one, or more for retransmits).
         self._tickets: dict[int, list[ConfirmTicket]] = {}
         self._dropping = False  # a purge forgets messages that were not acked

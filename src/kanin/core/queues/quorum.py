@@ -17,10 +17,17 @@ consumer, consumer priorities, deep queues) is the classic queue's machinery.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kanin.core.message import Entry
+from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES
 from kanin.core.queues.classic import ClassicQueue
+
+if TYPE_CHECKING:
+    from kanin.core.memory import MemoryMonitor
+    from kanin.core.queue_args import QueueArgs
+    from kanin.core.scheduling import Scheduler
+    from kanin.store.api import MessageStore
 
 # Sequence numbers of returned messages in a queue with a delivery limit: below every
 # message's own (which start at 1), increasing in the order they came back.
@@ -31,8 +38,36 @@ class QuorumQueue(ClassicQueue):
     type_name: ClassVar[str] = "quorum"
     supports_global_qos: ClassVar[bool] = False
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        name: str,
+        vhost: str,
+        scheduler: Scheduler,
+        memory: MemoryMonitor,
+        *,
+        durable: bool = False,
+        exclusive_owner: object | None = None,
+        auto_delete: bool = False,
+        arguments: dict[str, Any] | None = None,
+        args: QueueArgs | None = None,
+        store: MessageStore | None = None,
+        memory_budget_bytes: int = DEFAULT_MEMORY_BUDGET_BYTES,
+    ) -> None:
+        # ClassicQueue's parameters spelled out: compiled with mypyc, super().__init__(*args,
+        # **kwargs) hands the native __init__ the tuple and the dict as arguments.
+        super().__init__(
+            name,
+            vhost,
+            scheduler,
+            memory,
+            durable=durable,
+            exclusive_owner=exclusive_owner,
+            auto_delete=auto_delete,
+            arguments=arguments,
+            args=args,
+            store=store,
+            memory_budget_bytes=memory_budget_bytes,
+        )
         self._stores_all = True
         self._next_return_seq = _RETURNED_FIRST
 

@@ -7,9 +7,8 @@ Rules of this file:
 - States go HEADER -> START_OK -> TUNE_OK -> OPEN_WAIT -> OPEN -> CLOSING -> CLOSED
   (opening.py drives the handshake, routing.py the channel table). In CLOSING (we sent
   connection.close) everything but close / close-ok is dropped, as the spec asks.
-- Reads are processed a whole data_received at a time; everything written meanwhile
-  is buffered and written once at the end of the event-loop turn, after the channels
-  have coalesced their publisher confirms.
+- Reads are processed a whole data_received at a time; everything written meanwhile is
+  buffered and written once at the end of the turn, after channels coalesce their confirms.
 - The -ok of a definition change waits until the definitions are on disk, and so does
   everything sent after it (gates.py); a failed save closes the connection with 541
   (the change stays, and is saved later).
@@ -20,9 +19,8 @@ Rules of this file:
   yet parsed, and while the peer does not read what we write (the transport paused our
   writes, or a turn's output reached WRITE_BUFFER_HIGH): otherwise a peer that sends
   requests but never reads the answers would grow our write buffers without bound.
-- An AMQPError from the codec or a channel becomes channel.close or connection.close;
-  any other exception is a bug: it is logged and the connection closed with 541,
-  and no other connection notices.
+- An AMQPError from the codec or a channel becomes channel.close or connection.close; any
+  other exception is a bug: logged, the connection closed with 541, no other one notices.
 """
 
 from __future__ import annotations
@@ -30,6 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Callable
+from contextlib import closing
 from typing import TYPE_CHECKING, Any
 
 from pamqp import commands
@@ -169,15 +168,17 @@ class Session:
         if self.closed:  # this was a continuation, and the peer went away meanwhile
             return
         try:
-            for frame in self.reader.frames(data, FRAMES_PER_TURN):
-                if isinstance(frame, PublishFrames):
-                    on_publish_frames(self, frame)  # the usual frame, one call fewer
-                else:
-                    on_frame(self, frame)
-                if self.state is State.CLOSED:
-                    return
-                if not self.writable or self._input_holds:
-                    break  # the rest waits until what we wrote has gone out, or an answer
+            # Closed: compiled, a generator dropped early never runs its `finally` (frames.py).
+            with closing(self.reader.frames(data, FRAMES_PER_TURN)) as frames:
+                for frame in frames:
+                    if isinstance(frame, PublishFrames):
+                        on_publish_frames(self, frame)  # the usual frame, one call fewer
+                    else:
+                        on_frame(self, frame)
+                    if self.state is State.CLOSED:
+                        return
+                    if not self.writable or self._input_holds:
+                        break  # the rest waits until what we wrote has gone out, or an answer
             alarms = self.broker.alarms
             if self.is_publisher and alarms.blocked and not self.blocked:
                 self.on_alarm(True, alarms.reason)
