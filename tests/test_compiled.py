@@ -21,10 +21,17 @@ from compiled_build import ROOT, NotCompiled, compiled_tree
 
 pytestmark = [pytest.mark.compiled, pytest.mark.slow]
 
-# The inner run: everything the fast loop runs but this file (no recursion) and
-# test_code_quality.py, which reads the sources and runs ruff and mypy: the same either way.
+# The inner run: everything the fast loop runs but this file (no recursion) and what is
+# the same either way, to keep the whole suite's time down: test_code_quality.py (reads the
+# sources, runs ruff and mypy), the web UI's browser tests (JavaScript over the management
+# API, whose answers test_mgmt_*.py check compiled) and kanin ctl's (an HTTP client of that
+# same API).
 SELECTION = "not spark and not slow and not compiled"
-SAME_EITHER_WAY = "--ignore=tests/test_code_quality.py"
+SAME_EITHER_WAY = (
+    "--ignore=tests/test_code_quality.py",
+    "--ignore=tests/integration/test_mgmt_web_ui.py",
+    "--ignore=tests/ctl",
+)
 INNER_TIMEOUT_S = 30 * 60
 
 
@@ -37,7 +44,7 @@ def test_the_fast_suite_passes_against_the_compiled_build() -> None:
     environment = os.environ | {"PYTHONPATH": str(tree), "KANIN_EXPECT_COMPILED": "1"}
     command = [sys.executable, "-m", "pytest", "-m", SELECTION, "-q", "-p", "no:cacheprovider"]
     result = subprocess.run(
-        [*command, SAME_EITHER_WAY, "tests"],
+        [*command, *SAME_EITHER_WAY, "tests"],
         cwd=ROOT,
         env=environment,
         capture_output=True,
