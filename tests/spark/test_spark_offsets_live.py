@@ -9,6 +9,7 @@ reader's own methods directly, against a real broker.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from typing import Any
 
@@ -81,15 +82,24 @@ def test_a_range_read_gets_its_offsets_and_closes_without_a_reject(
     publish(broker.url, queue, 3000)
     options = parse_options({"uri": broker.url, "queue": queue}, Role.READ)
 
+    def closes() -> list[str]:
+        return [
+            r.getMessage() for r in caplog.records if "closing AMQP connection" in r.getMessage()
+        ]
+
     with caplog.at_level(logging.INFO, logger="kanin"):
         rows = list(read_range(options, OffsetRange(100, 600)))  # credit left unused at the end
-        time.sleep(0.2)  # the broker logs the close on its own thread
+        for _ in range(500):  # the broker logs the close on its own thread, when it can
+            if closes():
+                break
+            time.sleep(0.02)
 
     assert [row[8] for row in rows] == list(range(100, 600))
     assert rows[0][0] == b"m100"
-    closes = [r.getMessage() for r in caplog.records if "closing AMQP connection" in r.getMessage()]
-    assert any("client closed it" in message for message in closes)
-    assert not any("540" in message or "reject" in message for message in closes)
+    closed = closes()
+    assert any("client closed it" in message for message in closed), closed
+    # No 540 NOT_IMPLEMENTED (a basic.reject on a stream): the code, not a port with 540 in it.
+    assert not any(re.search(r"\b540\b|reject", message) for message in closed), closed
     assert list(read_range(options, OffsetRange(100, 600))) == rows  # read again: the same
 
 
