@@ -24,6 +24,9 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from typing import Any
+
+from kanin.core.session.session import address_text
 
 log = logging.getLogger("kanin.server.tls")
 
@@ -141,7 +144,7 @@ class TlsListener:
             self._handshakes.add(task)
             task.add_done_callback(self._handshakes.discard)
 
-    async def _handshake(self, connection: socket.socket, peer: object) -> None:
+    async def _handshake(self, connection: socket.socket, peer: tuple[Any, ...]) -> None:
         try:
             await self._loop.connect_accepted_socket(
                 self._protocol_factory,
@@ -150,7 +153,7 @@ class TlsListener:
                 ssl_handshake_timeout=self._timeout_s,
             )
         except (TimeoutError, OSError, EOFError) as exc:
-            self._failures.failed(peer_name(peer), failure_reason(exc))
+            self._failures.failed(address_text(peer), failure_reason(exc))
             connection.close()
 
     def close(self) -> None:
@@ -162,9 +165,3 @@ class TlsListener:
 
     async def wait_closed(self) -> None:
         await asyncio.gather(*self._accepting, *self._handshakes, return_exceptions=True)
-
-
-def peer_name(peer: object) -> str:
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        return f"{peer[0]}:{peer[1]}"
-    return str(peer or "?")

@@ -95,7 +95,7 @@ class Session:
         self.transport = transport
         self.peer = peer
         # "client address:port -> our address:port", as RabbitMQ names it
-        self.name = f"{_address(peer)} -> {_address(local)}"
+        self.name = f"{address_text(peer)} -> {address_text(local)}"
         self.local = local
         self.connected_at_ms = scheduler.wall_clock_ms()
         self.opening = Opening(self)
@@ -495,6 +495,6 @@ class Session:
         self._dirty_channels.clear()
 
 
-def _address(address: tuple[Any, ...]) -> str:
+def address_text(address: tuple[Any, ...]) -> str:  # host:port, [host]:port for IPv6
     host = str(address[0])
     return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
