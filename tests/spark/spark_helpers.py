@@ -50,6 +50,11 @@ def message_count(url: str, queue: str) -> int:
         return int(ch.queue_declare(queue, passive=True).method.message_count)
 
 
+def consumer_count(url: str, queue: str) -> int:
+    with channel(url) as ch:
+        return int(ch.queue_declare(queue, passive=True).method.consumer_count)
+
+
 def drain(url: str, queue: str) -> list[tuple[pika.BasicProperties, bytes]]:
     """Every message in a (classic) queue, taken with basic.get and acked."""
     got = []

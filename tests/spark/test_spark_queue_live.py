@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from spark_helpers import channel, message_count, publish, wait_until
+from spark_helpers import channel, consumer_count, message_count, publish, wait_until
 
 from kanin.spark.options import Role, parse_options
 from kanin.spark.queue_read import KaninQueueReader
@@ -101,6 +101,10 @@ def test_an_available_now_run_hands_over_only_what_was_there_when_it_started(
         assert after == {"next": 25}
         rows, after = reader.read(after)
         assert (list(rows), after) == ([], {"next": 25})  # the run is over
-        assert reader.waiting > 0  # later messages, held for the next run
+        # It closed its consumer: the later messages wait in the queue for the next run.
+        assert reader.waiting == 0
+        assert message_count(broker.url, queue) == 7
+        assert reader.read(after)[1] == after  # asked again, it does not consume
+        assert consumer_count(broker.url, queue) == 0
     finally:
         reader.close()

@@ -28,7 +28,11 @@ run may hand over, then starts its consumer. Batches stop there, so a run ends e
 while publishers go on; what arrives during the run is left for the next one. Should a
 consumer already be running, the count is what it holds plus the ready count, and
 deliveries on their way to it at that instant wait for the next run (never more is
-read than was there).
+read than was there). Once the run has handed over its count and the last batch is
+acked, the reader closes its connection and waits for the broker's close-ok: what the
+consumer prefetched beyond the count is back in the queue before the run ends, so a
+run started right after reads it (the runner process Spark leaves behind a query lives
+on for a moment, and its consumer would otherwise hold those messages).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterator
+from contextlib import suppress
 from typing import Any
 
 from pamqp import commands
@@ -80,13 +85,16 @@ class KaninQueueReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         if self._consumer is None or self._consumer.closed:
             # Nothing delivered to this reader yet: the ready count is all there is.
             self._run_budget = ready_count(self.options)
-            self._consumer_now()
+            if self._run_budget:
+                self._consumer_now()
             return
         held = self._consumer.waiting  # first: what comes after this may be counted below
         self._run_budget = held + ready_count(self.options)
 
     def read(self, start: dict[str, Any]) -> tuple[Iterator[Row], dict[str, int]]:
         begin = next_of(start)
+        if self._run_budget == 0 and self._consumer is None:
+            return iter(()), offset_dict(begin)  # the run is over: nothing more to hand over
         consumer = self._consumer_now()
         consumer.ack_through(begin)  # batches Spark committed
         most = self.batch_size
@@ -95,6 +103,9 @@ class KaninQueueReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         rows = consumer.take(begin, most)
         if self._run_budget is not None:
             self._run_budget -= len(rows)
+            if self._run_budget == 0 and consumer.all_acked:
+                self._consumer = None
+                consumer.finish()
         return iter(rows), offset_dict(begin + len(rows))
 
     def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Row]:
@@ -172,6 +183,20 @@ class _QueueConsumer:
                 self._socket.ack(last)
             except OSError:  # gone: the broker redelivers them, as after a crash
                 self.closed = True
+
+    @property
+    def all_acked(self) -> bool:
+        return not self._unacked
+
+    def finish(self) -> None:
+        """Close gracefully and wait until the broker has answered (its reader thread ends
+        when the broker closes the socket after close-ok): by then the broker has requeued
+        what this consumer held."""
+        with suppress(OSError, ConnectionError):
+            self._socket.send(0, commands.Connection.Close(200, "run done", 0, 0))
+            if self._reading is not None:
+                self._reading.join(CONNECT_TIMEOUT_S)
+        self.close()
 
     def close(self) -> None:
         self.closed = True
