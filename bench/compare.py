@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import compiled
 import durability
 import harness
 from compare_report import render
@@ -114,11 +115,7 @@ def parse_args() -> argparse.Namespace:
         help="also run kanin-baseline, `kanin server` from DIR/src (another kanin checkout)",
     )
     p.add_argument("--no-rabbitmq", action="store_true", help="leave RabbitMQ out of the run")
-    p.add_argument(
-        "--compiled",
-        action="store_true",
-        help="run the kanin broker from the compiled build of this tree (mypyc)",
-    )
+    compiled.add_option(p)
     args = p.parse_args()
     if set(args.only) - set(SCENARIOS):
         p.error(f"--only takes letters from {SCENARIOS}, got {args.only!r}")
@@ -488,28 +485,8 @@ def snapshot_baseline(run: Run) -> dict[str, Any]:
 
 
 def snapshot_compiled(run: Run) -> dict[str, Any]:
-    """Build (or reuse) the compiled tree of this checkout and copy it, as the sources are
-    copied; it must hold the very sources of the snapshot, or the run would compare two
-    versions of the code."""
-    built = subprocess.run(
-        [harness.PYTHON, str(ROOT / "tests" / "compiled_build.py")],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if built.returncode != 0:
-        raise RuntimeError(f"--compiled: {built.stderr.strip() or built.stdout.strip()}")
-    tree = Path(built.stdout.strip().splitlines()[-1])
-    copy = run.work / "compiled"
-    shutil.copytree(tree, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    digest = harness.source_digest(copy)
-    if digest != harness.source_digest(run.work / "src"):
-        raise RuntimeError("--compiled: the built tree's sources are not the snapshot's")
-    imported = harness.kanin_imported_from(copy)
-    if imported != copy / "kanin":
-        raise RuntimeError(f"with PYTHONPATH={copy}, kanin is imported from {imported}")
-    run.kanin_paths[KANIN] = copy
-    return {"kanin_build": "compiled with mypyc", "kanin_compiled_tree": str(tree)}
+    run.kanin_paths[KANIN] = compiled.snapshot(run.work, run.work / "src")
+    return {"kanin_build": compiled.BUILD_NAME, "kanin_compiled_tree": str(run.kanin_paths[KANIN])}
 
 
 def git_commit(directory: Path) -> str | None:

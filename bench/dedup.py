@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import compiled
 import harness
 from harness import Kanin, run_perf, shell
 
@@ -79,6 +80,8 @@ def memory_per_id(kanin: Kanin, durable: bool, ids: int) -> float:
 def run(args: argparse.Namespace) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="kanin-bench-dedup-") as work:
+        if args.compiled:
+            compiled.use_for_every_broker(Path(work))
         kanin = Kanin(Path(work) / "data")
         kanin.start()
         try:
@@ -108,9 +111,10 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [
         "# What deduplication costs in kanin",
         "",
-        f"Command: `python bench/dedup.py --reps {args.reps} --duration {args.duration:g} "
-        f"--ids {args.ids}` on {platform.node()} ({platform.machine()}, Python "
-        f"{platform.python_version()}). bench/dedup.py's docstring says what runs.",
+        f"Command: `python bench/dedup.py {' '.join(sys.argv[1:])}` on {platform.node()} "
+        f"({platform.machine()}, Python {platform.python_version()}), the broker "
+        f"{compiled.BUILD_NAME if args.compiled else 'pure Python'}. bench/dedup.py's "
+        "docstring says what runs.",
         "",
         f"## (d) scenario d, direct exchange vs deduplicating exchange, {args.reps} reps",
         "",
@@ -149,6 +153,7 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--ids", type=int, default=500_000)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "dedup.md")
+    compiled.add_option(parser)
     args = parser.parse_args()
     report = render(run(args), args)
     args.out.write_text(report)

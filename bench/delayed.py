@@ -47,6 +47,7 @@ from array import array
 from pathlib import Path
 from typing import Any
 
+import compiled
 import harness
 from harness import Kanin
 from pamqp import commands
@@ -215,6 +216,8 @@ async def lateness(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="kanin-bench-delayed-") as work:
+        if args.compiled:
+            compiled.use_for_every_broker(Path(work))
         kanin = Kanin(Path(work) / "data")
         kanin.start()
         try:
@@ -255,9 +258,10 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
         [
             "# Delayed messages in kanin",
             "",
-            f"Command: `python bench/delayed.py --pending {args.pending} --due {args.due} "
-            f"--rate {args.rate:g}` on {platform.node()} ({platform.machine()}, "
-            f"{os.cpu_count()} cores, Python {platform.python_version()}). bench/delayed.py's "
+            f"Command: `python bench/delayed.py {' '.join(sys.argv[1:])}` on "
+            f"{platform.node()} ({platform.machine()}, {os.cpu_count()} cores, Python "
+            f"{platform.python_version()}), the broker "
+            f"{compiled.BUILD_NAME if args.compiled else 'pure Python'}. bench/delayed.py's "
             "docstring says what runs. RabbitMQ 3.10 here has no delayed-message plugin.",
             "",
             "| measure | value |",
@@ -287,13 +291,13 @@ def _micros(value: float | None) -> str:
     return "none" if value is None else f"{value:.0f} µs"
 
 
-def other_reports() -> str:
+def other_reports(build: list[str]) -> str:
     """Run bench/dedup.py and bench/retry.py (each writes its own result file) and return
-    their reports, to follow this one."""
+    their reports, to follow this one. build: [] or ["--compiled"], for dedup.py."""
     sections = []
-    for script in ("dedup.py", "retry.py"):
+    for script, options in (("dedup.py", build), ("retry.py", [])):
         done = subprocess.run(
-            [sys.executable, str(Path(__file__).parent / script)],
+            [sys.executable, str(Path(__file__).parent / script), *options],
             capture_output=True,
             text=True,
             check=True,
@@ -318,12 +322,13 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=10_000.0, help="due per second")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "delayed.md")
     parser.add_argument("--only-delayed", action="store_true", help="skip dedup.py, retry.py")
+    compiled.add_option(parser)
     args = parser.parse_args()
     result = run(args)
     print(result, file=sys.stderr)
     report = render(result, args)
     if not args.only_delayed:
-        report += "\n" + other_reports()
+        report += "\n" + other_reports(["--compiled"] if args.compiled else [])
     args.out.write_text(report)
     print(report)
     return 0

@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import compiled
 import harness
 from harness import Kanin, run_perf, shell
 
@@ -79,6 +80,8 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="kanin-bench-e2e-") as work:
+            if args.compiled:
+                compiled.use_for_every_broker(Path(work))
             kanin = Kanin(Path(work) / "data")
             kanin.start()
             try:
@@ -110,10 +113,11 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         "# End-to-end confirms: kanin's x-confirm-on-ack beside confirm+ack",
         "",
-        f"Command: `python bench/e2e.py --reps {args.reps} --duration {args.duration:g}` on "
+        f"Command: `python bench/e2e.py {' '.join(sys.argv[1:])}` on "
         f"{platform.node()} ({platform.machine()}, Python {platform.python_version()}), "
-        f"RabbitMQ {harness.rabbitmq_version()}. bench/e2e.py's docstring says what runs; "
-        f"medians of {args.reps} repetitions.",
+        f"RabbitMQ {harness.rabbitmq_version()}, the kanin broker "
+        f"{compiled.BUILD_NAME if args.compiled else 'pure Python'}. bench/e2e.py's "
+        f"docstring says what runs; medians of {args.reps} repetitions.",
         "",
         "Delivered msg/s (broker CPU µs per message):",
         "",
@@ -166,6 +170,7 @@ def main() -> int:
     parser.add_argument("--queues", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--sizes", type=int, nargs="+", default=[16, 1500])
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "e2e.md")
+    compiled.add_option(parser)
     args = parser.parse_args()
     report = render(run(args), args)
     args.out.write_text(report)

@@ -27,6 +27,9 @@ from kanin.perf.options import PerfOptions, parse_uri
 PYTHON = sys.executable
 # Environment of every kanin and perf subprocess; snapshot_source() points it at a copy.
 ENV = dict(os.environ)
+# Where every Kanin without a pythonpath of its own starts from instead of ENV's path
+# (compiled.py's --compiled sets it: the broker compiled, its clients as they are).
+BROKER_TREE: Path | None = None
 
 
 def snapshot_source(root: Path, work: Path) -> str:
@@ -186,9 +189,10 @@ class Kanin:
     @property
     def env(self) -> dict[str, str]:
         # Read at start, not at construction: snapshot_source() may set ENV's path later.
-        if self.pythonpath is None:
+        tree = self.pythonpath or BROKER_TREE
+        if tree is None:
             return ENV
-        return ENV | {"PYTHONPATH": str(self.pythonpath)}
+        return ENV | {"PYTHONPATH": str(tree)}
 
     @property
     def uri(self) -> str:

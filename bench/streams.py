@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import compiled
 import durability
 import harness
 from harness import Kanin
@@ -747,7 +748,8 @@ def render(results: dict[str, Any]) -> str:
         f"{results.get('run_time_s', 0) / 60:.0f} minutes in all, on {env.get('host')}. "
         f"kanin {env.get('kanin_commit', '?')}"
         f"{' plus uncommitted changes' if env.get('kanin_tree_dirty') else ''} (sources "
-        f"copied at the start, digest {env.get('kanin_source_digest', '?')}), RabbitMQ "
+        f"copied at the start, digest {env.get('kanin_source_digest', '?')}; the broker "
+        f"{env.get('kanin_build', 'pure Python')}), RabbitMQ "
         f"{env.get('rabbitmq', '?')} on {env.get('erlang', '?')}, Python {env.get('python')}; "
         f"{env.get('cores')} cores ({env.get('cpu')}), {env.get('memory_gb')} GB, Linux "
         f"{env.get('kernel')}; one 4 KB append + fsync takes {env.get('fsync_4k_median_ms')} "
@@ -888,6 +890,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--rabbitmq-uri", default=RABBITMQ_URI)
     parser.add_argument("--only", choices=[KANIN, RABBITMQ], help="measure one broker only")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    compiled.add_option(parser)
     args = parser.parse_args(argv)
     args.job = None
     args.size = args.size or [16]
@@ -917,6 +920,8 @@ def main() -> int:
         results["environment"] = environment(work, use_rabbitmq)
         results["environment"]["started_rabbitmq"] = started_rabbitmq
         results["environment"]["kanin_source_digest"] = harness.snapshot_source(ROOT, work)
+        if args.compiled:
+            results["environment"] |= compiled.use_for_every_broker(work, work / "src")
         log(f"environment: {results['environment']}")
         run(args, work, results)
     finally:
