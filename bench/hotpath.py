@@ -6,6 +6,7 @@ read as `kanin perf` writes them, to one queue whose one consumer has room, at
   a  auto-ack
   b  manual acks, prefetch 200, one multiple ack per 50 deliveries
   c  (b) + publisher confirms
+  e  (c) on an end-to-end queue (x-confirm-on-ack: confirmed when the consumer acks)
 Two figures per point:
 - CPU microseconds per message (process time, best of --reps): what it costs, but the
   machine's other load inflates it;
@@ -49,12 +50,13 @@ def setup(point: str) -> tuple[SessionPair, SessionPair]:
     for pair in (publisher, consumer):
         pair.handshake()
         pair.open_channel(1)
-    consumer.send_method(1, commands.Queue.Declare(queue="hotpath"))
-    manual = point in "bc"
+    arguments = {"x-confirm-on-ack": True} if point == "e" else {}
+    consumer.send_method(1, commands.Queue.Declare(queue="hotpath", arguments=arguments))
+    manual = point in "bce"
     if manual:
         consumer.send_method(1, commands.Basic.Qos(prefetch_count=PREFETCH))
     consumer.send_method(1, commands.Basic.Consume(queue="hotpath", no_ack=not manual))
-    if point == "c":
+    if point in "ce":
         publisher.send_method(1, commands.Confirm.Select())
     publisher.frames()
     consumer.frames()
@@ -67,7 +69,7 @@ def drive(point: str, messages: int, around: Callable[[Callable[[], None]], None
     chunk = publish_bytes("hotpath", 16) * PUBLISHES_PER_READ
     reads = messages // PUBLISHES_PER_READ
     channel = consumer.session.channels[1]
-    manual = point in "bc"
+    manual = point in "bce"
 
     def loop() -> None:
         acked = 0
