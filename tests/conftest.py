@@ -46,6 +46,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             raise pytest.UsageError(f"KANIN_EXPECT_COMPILED is set but kanin is {build_name()}")
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the compiled build's run now if it is among the tests (tests/compiled_run.py):
+    it then overlaps the rest of this run instead of coming after it."""
+    if session.config.option.collectonly or os.environ.get("KANIN_EXPECT_COMPILED"):
+        return
+    import compiled_run
+
+    if any(item.nodeid == compiled_run.TEST_ID for item in session.items):
+        compiled_run.start_once()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """A run that ends early (-x, Ctrl-C) does not leave the compiled run going."""
+    import compiled_run
+
+    compiled_run.stop()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if not EXTERNAL_URL:
         return
