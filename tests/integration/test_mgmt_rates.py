@@ -30,9 +30,7 @@ def mgmt(broker_factory: BrokerFactory) -> Iterator[tuple[Any, Api]]:
 
 def _sample(embedded: Any, at_ms: int) -> None:
     context = embedded.server.mgmt.context
-    embedded.call(
-        lambda: context.rates.sample(context.broker, context.unacked_by_queue(), at_ms)
-    )
+    embedded.call(lambda: context.rates.sample(context.broker, context.unacked_by_queue(), at_ms))
 
 
 def _pika(embedded: Any) -> pika.BlockingConnection:

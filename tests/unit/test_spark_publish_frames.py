@@ -30,9 +30,7 @@ def test_content_frames_match_pamqp_for_bodies_of_any_size(size: int) -> None:
     expected = commands.Basic.Properties(
         headers=headers, delivery_mode=2, correlation_id="c-1", message_id="m-ü"
     )
-    assert content_frames(data, headers, "m-ü", "c-1", 4096) == pamqp_frames(
-        data, expected, 4096
-    )
+    assert content_frames(data, headers, "m-ü", "c-1", 4096) == pamqp_frames(data, expected, 4096)
 
 
 def test_no_correlation_id_and_no_headers_but_the_id() -> None:
