@@ -19,7 +19,12 @@ def run_tool(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_ruff_is_clean() -> None:
-    result = run_tool("ruff", "check", "src", "tests")
+    result = run_tool("ruff", "check", "src", "tests", "bench")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_format_is_kept() -> None:
+    result = run_tool("ruff", "format", "--check", "src", "tests", "bench")
     assert result.returncode == 0, result.stdout + result.stderr
 
 
