@@ -58,6 +58,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     [str(ROOT / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
 )
 
+import compiled  # noqa: E402
 from harness import Kanin, write_results  # noqa: E402
 
 STREAM = "bench.spark.stream"
@@ -76,6 +77,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--pika-messages", type=int, default=10_000, help="pika publish")
     parser.add_argument("--only-sink", action="store_true", help="publishers and the sink")
     parser.add_argument("--rounds", type=int, default=1, help="with --only-sink")
+    compiled.add_option(parser)
     parser.add_argument("--out", type=Path, default=HERE / "results")
     return parser.parse_args()
 
@@ -485,13 +487,16 @@ def main() -> None:
     args = parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kanin-bench-spark-") as work:
+        if args.compiled:
+            compiled.use_for_every_broker(Path(work))
         results = run_sink_rounds(args, Path(work)) if args.only_sink else run(args, Path(work))
     results["args"] = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     results["command"] = "python " + " ".join(["bench/spark.py", *sys.argv[1:]])
     load = os.getloadavg()[0]
     results["machine"] = (
         f"{os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"load average {load:.1f} at the end"
+        f"load average {load:.1f} at the end, the broker "
+        f"{compiled.BUILD_NAME if args.compiled else 'pure Python'}"
     )
     if args.only_sink:
         report = write_results(args.out, "spark-sink", results, render_sink)
