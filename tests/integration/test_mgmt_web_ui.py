@@ -106,11 +106,24 @@ class Ui:
         self.css(f"#{form} button[type=submit]").click()
 
     def confirm_click(self, selector: str) -> None:
-        """A destructive button: armed by the first click, done by the second."""
-        button = self.css(selector)
-        button.click()
-        self.wait_for(lambda d: "Confirm" in button.text, f"{selector} armed")
-        button.click()
+        """A destructive button: armed by the first click, done by the second. A refresh
+        already under way when it was armed may draw the page anew between the clicks
+        (the periodic one waits while a button is armed): then arm the new button."""
+        from selenium.common.exceptions import StaleElementReferenceException
+        from selenium.webdriver.common.by import By
+
+        def armed(driver: Any) -> Any:
+            button = driver.find_element(By.CSS_SELECTOR, selector)
+            return button if "Confirm" in button.text else False
+
+        for _attempt in range(3):
+            try:
+                self.css(selector).click()
+                self.wait_for(armed, f"{selector} armed").click()
+                return
+            except StaleElementReferenceException:
+                continue
+        raise AssertionError(f"{selector}: the page was drawn anew at every try")
 
     def console_errors(self) -> list[dict[str, Any]]:
         return [e for e in self.driver.get_log("browser") if e["level"] == "SEVERE"]

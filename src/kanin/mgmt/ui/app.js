@@ -138,7 +138,9 @@ document.addEventListener("DOMContentLoaded", () => {
   });
   window.addEventListener("hashchange", () => current !== null && show());
   window.addEventListener("kanin:changed", refresh);
-  setInterval(refresh, REFRESH_MS);
+  // Not while a destructive button waits for its second click: drawn anew, it would
+  // lose that, and the click meant to confirm would only arm it again.
+  setInterval(() => document.querySelector("button.armed") || refresh(), REFRESH_MS);
   if (loggedIn()) showShell();
   else showLogin();
 });
