@@ -24,6 +24,12 @@ class Cancellable(Protocol):
 class Scheduler(Protocol):
     def call_soon(self, callback: Callable[..., Any], *args: Any) -> Any: ...
 
+    def call_next_turn(self, callback: Callable[..., Any], *args: Any) -> Any:
+        """After what the loop has ready now (other connections' reads and writes): for
+        work that goes on and on, such as a deep queue draining to a fast consumer, which
+        would otherwise hold everyone else up for as long as it lasts."""
+        ...
+
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Cancellable: ...
 
     def time(self) -> float:
@@ -55,6 +61,9 @@ class Soon:
         if not self._scheduled:
             self._scheduled = True
             self._scheduler.call_soon(self._on_turn)
+
+    def call_next_turn(self, callback: Callable[..., Any], *args: Any) -> None:
+        self._scheduler.call_soon(callback, *args)  # the loop's: never in this run
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Cancellable:
         return self._scheduler.call_later(delay, callback, *args)

@@ -18,6 +18,9 @@ class LoopScheduler:
     def call_soon(self, callback: Callable[..., Any], *args: Any) -> asyncio.Handle:
         return self.loop.call_soon(callback, *args)
 
+    def call_next_turn(self, callback: Callable[..., Any], *args: Any) -> asyncio.Handle:
+        return self.loop.call_soon(callback, *args)
+
     def call_later(
         self, delay: float, callback: Callable[..., Any], *args: Any
     ) -> asyncio.TimerHandle:

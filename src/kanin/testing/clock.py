@@ -44,6 +44,9 @@ class FakeScheduler:
     def call_soon(self, callback: Callable[..., Any], *args: Any) -> None:
         self._soon.append((callback, args))
 
+    def call_next_turn(self, callback: Callable[..., Any], *args: Any) -> None:
+        self._soon.append((callback, args))
+
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> FakeTimer:
         timer = FakeTimer(self.now + delay)
         heapq.heappush(self._timers, (timer.when, next(self._order), timer, callback, args))

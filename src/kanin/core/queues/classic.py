@@ -1,27 +1,26 @@
 """The classic queue: ready messages in order, consumers, and the message lifecycle.
 
 How this works:
-- Every message entering the queue gets the next sequence number; `ready`
-  (core/ready.py) hands them out in order, by priority first for x-max-priority
-  queues, and a requeued message regains its original place.
+- Every message entering the queue gets the next sequence number; `ready` (core/ready.py)
+  hands them out in order, by priority first for x-max-priority queues, and a requeued
+  message regains its original place.
 - Dispatch never runs inline with a publish: the queue asks the scheduler for one
   dispatch per event-loop turn and then hands out as many messages as consumers
-  have room for (bounded per turn so one queue cannot starve the loop). Which
+  have room for, DISPATCH_BATCH at a time: the rest of a deep queue waits for the next
+  loop turn (call_next_turn), so draining to a fast consumer holds no one else up. Which
   consumer gets each (priorities, turns, parking, single active consumer) is
-  queues/consumers.py's choice, in O(1) amortised however many consumers there are.
-- Message TTL (x-message-ttl, per-message expiration) is enforced at the head, as
-  in RabbitMQ: one timer (expiry.HeadTimer) is armed for the head's expiry, it drops
-  (or dead-letters) the expired messages at the head and re-arms for the next. The work done is
-  proportional to what expires, never a scan of the queue. A message that expired
+  queues/consumers.py's choice, in O(1) amortised.
+- Message TTL (x-message-ttl, per-message expiration) is enforced at the head, as in
+  RabbitMQ: one timer (expiry.HeadTimer) is armed for the head's expiry, it drops (or
+  dead-letters) the expired messages at the head and re-arms for the next: work in
+  proportion to what expires, never a scan of the queue. A message that expired
   behind a longer-lived one is caught when it reaches the head.
-- x-expires (expiry.IdleTimer) deletes the queue after it has been unused (no
-  consumer, no get, no redeclare) for the period; x-max-length(-bytes) with
-  x-overflow bounds it.
-- Messages leaving for good go through `forget` (memory accounting) and, when the
-  queue has a dead-letter exchange, through `on_dead_letter`. The memory monitor counts
-  each entry the queue holds, ready or unacked, at `entry_cost` (in memory: body,
-  encoded header and a fixed overhead; paged out: what its index costs), from `_count`
-  until `forget` or `purge`.
+- x-expires (expiry.IdleTimer) deletes the queue unused (no consumer, get or redeclare)
+  for the period; x-max-length(-bytes) with x-overflow bounds it.
+- Messages leaving for good go through `forget` (memory accounting) and, when the queue
+  has a dead-letter exchange, through `on_dead_letter`. The memory monitor counts each
+  entry the queue holds, ready or unacked, at `entry_cost` (in memory: body, encoded
+  header and a fixed overhead; paged out: its index), from `_count` to `forget`/`purge`.
 - Deep queues: past the queue's memory budget, persistent messages of a durable queue
   are paged out and read back in batches from the head, off the loop (core/paging.py says
   how): while the head's read is in flight, consumers and basic.get (`get`, answered
@@ -473,10 +472,11 @@ class ClassicQueue(Queue):
         if self._choice.unpark(consumer) and self.ready:
             self.schedule_dispatch()
 
-    def schedule_dispatch(self) -> None:
+    def schedule_dispatch(self, next_turn: bool = False) -> None:
         if not self._dispatch_scheduled and not self.deleted:
             self._dispatch_scheduled = True
-            self._scheduler.call_soon(self._dispatch)
+            scheduler = self._scheduler
+            (scheduler.call_next_turn if next_turn else scheduler.call_soon)(self._dispatch)
 
     def _dispatch(self) -> None:
         self._dispatch_scheduled = False
@@ -496,5 +496,5 @@ class ClassicQueue(Queue):
             entry = self._pop()
             assert entry is not None
             consumer.channel.deliver(consumer, entry)
-        if self.ready:
-            self.schedule_dispatch()
+        if self.ready:  # a full batch went out: the rest after other connections' turns
+            self.schedule_dispatch(next_turn=True)
