@@ -188,6 +188,11 @@ def _hold_for_queues(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> Co
     routing until it is over: a queue may settle its part at once (an auto-ack consumer, a
     TTL of 0) while others are still to come. The ticket those queues settle through; None
     if no queue settles confirms."""
+    if len(queues) == 1:  # the usual case, without the list
+        if not queues[0].settles_confirms:
+            return None
+        ledger.hold(seq, (queues[0], _ROUTING))
+        return ConfirmTicket(ledger, seq)
     settling = [queue for queue in queues if queue.settles_confirms]
     if not settling:
         return None
@@ -198,7 +203,7 @@ def _hold_for_queues(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> Co
 def _settle_by_queues(channel: Channel, ticket: ConfirmTicket, refused: bool, stored: bool) -> None:
     """Routing is over: a refusal nacks now; else the confirm also waits, as usual, for the
     disk if anything was stored, and for the queues that settle confirms."""
-    ledger, seq = ticket
+    ledger, seq = ticket.ledger, ticket.seq
     if refused:
         ledger.reject(seq)
     else:
