@@ -187,11 +187,17 @@ def _hold_for_queues(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> Co
     queues on a consumer's ack, streams once on disk) waits for each of them, and for this
     routing until it is over: a queue may settle its part at once (an auto-ack consumer, a
     TTL of 0) while others are still to come. The ticket those queues settle through; None
-    if no queue settles confirms."""
-    if len(queues) == 1:  # the usual case, without the list
+    if no queue settles confirms.
+
+    Routed to one queue only, nothing else is to come: the confirm waits for that queue
+    alone (the usual case, without the list, and without the set operations that taking
+    _ROUTING off again costs per publish). Such a queue refusing the publish never
+    settled it, and whether it stored it is known before it can settle (streams settle
+    once on disk, later; end-to-end queues store nothing)."""
+    if len(queues) == 1:
         if not queues[0].settles_confirms:
             return None
-        ledger.hold(seq, (queues[0], _ROUTING))
+        ledger.hold(seq, (queues[0],))
         return ConfirmTicket(ledger, seq)
     settling = [queue for queue in queues if queue.settles_confirms]
     if not settling:
@@ -209,7 +215,7 @@ def _settle_by_queues(channel: Channel, ticket: ConfirmTicket, refused: bool, st
     else:
         if stored:
             ledger.add_disk(seq)
-        ledger.done(seq, _ROUTING)
+        ledger.done(seq, _ROUTING)  # nothing if it was routed to one queue, held without it
     channel.port.request_flush(channel)
 
 
