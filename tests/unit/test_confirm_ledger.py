@@ -306,11 +306,25 @@ def test_vouch_and_refuse_settle_a_pending_seq_and_ask_for_a_flush() -> None:
     ledger.hold(nacked, ("queue",))
     ledger.vouch(acked, "queue")
     ledger.refuse(nacked)
-    assert flushes == [1, 1]
+    assert flushes == [1]  # one flush asked for both: it drains all that resolved
     assert ledger.drain() == ([2], [(1, False)])
     ledger.vouch(acked, "queue")  # settled already: nothing, not even a flush
     ledger.refuse(acked)
-    assert flushes == [1, 1] and ledger.drain() == ([], [])
+    assert flushes == [1] and ledger.drain() == ([], [])
+
+
+def test_a_flush_is_asked_for_again_once_the_last_one_drained() -> None:
+    ledger, _, flushes = ledger_on_disk()
+    first, second, third = ledger.next_seq(), ledger.next_seq(), ledger.next_seq()
+    for seq in (first, second, third):
+        ledger.hold(seq, ("queue",))
+    ledger.vouch(first, "queue")
+    ledger.vouch(second, "queue")
+    assert flushes == [1]
+    assert ledger.drain() == ([], [(2, True)])
+    ledger.refuse(third)
+    assert flushes == [1, 1]
+    assert ledger.drain() == ([3], [])
 
 
 def test_a_disk_party_added_later_is_waited_for_too() -> None:

@@ -21,8 +21,8 @@ RabbitMQ's rabbit_confirms and coalesce_and_send):
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Hashable, Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable, Hashable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from kanin.core.commit_rounds import RoundBatches
 
@@ -51,6 +51,8 @@ class ConfirmLedger:
         # Pending seqs waiting for the disk, by the commit round that holds them.
         self._disk = RoundBatches(store, self._round_ended) if store is not None else None
         self._on_resolved = on_resolved  # something resolved outside a publish: flush soon
+        # on_resolved was called and no drain has run since: once per flush, not per ack.
+        self._flush_requested = False
         self.acks_drained = 0  # seqs acked by the drains so far (the channel counts them)
 
     @property
@@ -102,12 +104,17 @@ class ConfirmLedger:
         """`done`, from outside a publish (a consumer's ack): the confirm goes out soon."""
         if seq in self._pending:
             self.done(seq, party)
-            self._on_resolved()
+            self._request_flush()
 
     def refuse(self, seq: int) -> None:
         """`reject`, from outside a publish (the message was dropped): the nack goes out soon."""
         if seq in self._pending:
             self.reject(seq)
+            self._request_flush()
+
+    def _request_flush(self) -> None:
+        if not self._flush_requested:
+            self._flush_requested = True
             self._on_resolved()
 
     def confirm(self, seq: int) -> None:
@@ -137,7 +144,7 @@ class ConfirmLedger:
                 acked.append(seq)
             else:
                 self.done(seq, DISK)
-        self._on_resolved()
+        self._request_flush()
 
     def has_output(self) -> bool:
         return bool(self._acked or self._nacked)
@@ -146,6 +153,7 @@ class ConfirmLedger:
         """Return (nacks, acks as (tag, multiple)) resolved since the last drain. With
         `hold_above`, acks above the smallest seq still pending or nacked stay for a later
         drain, when a multiple ack may cover them (see Channel.send_confirms)."""
+        self._flush_requested = False
         nacks, self._nacked = self._nacked, []
         acked, self._acked = self._acked, []
         if not acked:
@@ -178,9 +186,19 @@ class ConfirmLedger:
         return bool(self._acked)
 
 
-class ConfirmTicket(NamedTuple):
+class ConfirmTicket:
     """What an end-to-end queue keeps to settle a publish's confirm later: the publishing
-    channel's ledger and the publish's seq there (a closed channel's ledger ignores it)."""
+    channel's ledger and the publish's seq there (a closed channel's ledger ignores it).
 
-    ledger: ConfirmLedger
-    seq: int
+    A plain class, not a NamedTuple: one is made per publish, and compiled (mypyc) a
+    native class is built without the interpreted __new__ a NamedTuple's takes. It still
+    unpacks as `ledger, seq = ticket`."""
+
+    __slots__ = ("ledger", "seq")
+
+    def __init__(self, ledger: ConfirmLedger, seq: int) -> None:
+        self.ledger = ledger
+        self.seq = seq
+
+    def __iter__(self) -> Iterator[Any]:  # Any: `ledger, seq = ticket` types as before
+        return iter((self.ledger, self.seq))

@@ -53,6 +53,8 @@ class Soon:
 
     def __init__(self, scheduler: Scheduler) -> None:
         self._scheduler = scheduler
+        # The wrapped clock itself, not a method that calls it: TTL reads it per message.
+        self.time: Callable[[], float] = scheduler.time
         self._pending: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._scheduled = False
 
@@ -67,9 +69,6 @@ class Soon:
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Cancellable:
         return self._scheduler.call_later(delay, callback, *args)
-
-    def time(self) -> float:
-        return self._scheduler.time()
 
     def wall_clock_ms(self) -> int:
         return self._scheduler.wall_clock_ms()

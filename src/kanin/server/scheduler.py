@@ -14,6 +14,8 @@ class LoopScheduler:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
+        # The loop's own clock, not a method that calls it: TTL reads it per message.
+        self.time: Callable[[], float] = loop.time
 
     def call_soon(self, callback: Callable[..., Any], *args: Any) -> asyncio.Handle:
         return self.loop.call_soon(callback, *args)
@@ -25,9 +27,6 @@ class LoopScheduler:
         self, delay: float, callback: Callable[..., Any], *args: Any
     ) -> asyncio.TimerHandle:
         return self.loop.call_later(delay, callback, *args)
-
-    def time(self) -> float:
-        return self.loop.time()
 
     def wall_clock_ms(self) -> int:
         return int(time.time() * 1000)

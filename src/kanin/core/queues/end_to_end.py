@@ -79,8 +79,10 @@ class EndToEndQueue(ClassicQueue):
             store=None,  # see the module docstring: nothing is stored
             memory_budget_bytes=memory_budget_bytes,
         )
-        # Entry seq -> the confirms its ack settles (one, or more for retransmits).
-        self._tickets: dict[int, list[ConfirmTicket]] = {}
+        # Entry seq -> the confirm its ack settles, and those of retransmits held for it
+        # (x-message-deduplication): a list per message only when there are more.
+        self._tickets: dict[int, ConfirmTicket] = {}
+        self._more_tickets: dict[int, list[ConfirmTicket]] = {}
         self._dropping = False  # a purge forgets messages that were not acked
 
     def apply_args(self, args: QueueArgs) -> None:
@@ -91,21 +93,22 @@ class EndToEndQueue(ClassicQueue):
         key = dedup.key_of(message) if dedup is not None else None
         holder = dedup.holder(key) if dedup is not None and key is not None else None
         if holder is not None:  # a retransmit of a message still here
-            self._tickets.setdefault(holder.seq, []).append(ticket)
+            self._more_tickets.setdefault(holder.seq, []).append(ticket)
             return ACCEPTED
         seq = self._next_seq  # the entry `publish` makes, which may leave at once
-        self._tickets[seq] = [ticket]
+        self._tickets[seq] = ticket
         result = self.publish(message)
         if result == REFUSED:
             del self._tickets[seq]
         return result
 
     def _settle(self, entry: Entry, acked: bool) -> None:
-        for ticket in self._tickets.pop(entry.seq, ()):
-            if acked:
-                ticket.ledger.vouch(ticket.seq, self)
-            else:
-                ticket.ledger.refuse(ticket.seq)
+        ticket = self._tickets.pop(entry.seq, None)
+        if ticket is not None:
+            _settle_ticket(ticket, self, acked)
+        if self._more_tickets:
+            for retransmit in self._more_tickets.pop(entry.seq, ()):
+                _settle_ticket(retransmit, self, acked)
 
     def forget(self, entry: Entry) -> None:
         self._settle(entry, acked=not self._dropping)
@@ -127,10 +130,20 @@ class EndToEndQueue(ClassicQueue):
 
     def delete(self) -> None:
         tickets, self._tickets = self._tickets, {}
-        for waiting in tickets.values():
-            for ticket in waiting:
-                ticket.ledger.refuse(ticket.seq)
+        more, self._more_tickets = self._more_tickets, {}
+        for ticket in tickets.values():
+            _settle_ticket(ticket, self, acked=False)
+        for retransmits in more.values():
+            for ticket in retransmits:
+                _settle_ticket(ticket, self, acked=False)
         super().delete()
+
+
+def _settle_ticket(ticket: ConfirmTicket, queue: EndToEndQueue, acked: bool) -> None:
+    if acked:
+        ticket.ledger.vouch(ticket.seq, queue)
+    else:
+        ticket.ledger.refuse(ticket.seq)
 
 
 def _held_at_most_confirm_timeout(args: QueueArgs) -> QueueArgs:
