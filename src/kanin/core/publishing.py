@@ -191,7 +191,11 @@ def _hold_for_queues(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> Co
     settling = [queue for queue in queues if queue.settles_confirms]
     if not settling:
         return None
-    ledger.hold(seq, (*settling, _ROUTING))
+    if len(settling) == 1 and settling[0].settles_later:
+        # It cannot settle before this routing is over: no routing party to take back.
+        ledger.hold(seq, settling)
+    else:
+        ledger.hold(seq, (*settling, _ROUTING))
     return ConfirmTicket(ledger, seq)
 
 
