@@ -151,7 +151,9 @@ class StreamLog:
         assert self._recovered, "recover() must run before the log is written"
         offset = self.next_offset
         self.next_offset = offset + 1
-        timestamp_ms = self._last_ts = max(timestamp_ms, self._last_ts, 0)
+        if timestamp_ms < self._last_ts:  # (never below 0: _last_ts starts there)
+            timestamp_ms = self._last_ts
+        self._last_ts = timestamp_ms
         if self._active_size >= self._max_segment_bytes:
             self._files.append(self._active)
             self._active += 1
