@@ -135,7 +135,8 @@ class StreamLog:
 
     @property
     def committer(self) -> GroupCommitter:
-        """Its commit rounds (tests, and the queue's statistics: rounds, records)."""
+        """Its commit rounds (tests, and the queue's statistics: rounds). Its
+        records_committed counts chunks: one per round and segment written to."""
         return self._committer
 
     # -- writing --------------------------------------------------------------------------
