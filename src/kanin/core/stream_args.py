@@ -20,7 +20,7 @@ import re
 import struct
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError, ConnectionError_
@@ -204,7 +204,7 @@ class OffsetHeaders:
     The last header seen, body size and all, is kept apart too: a publisher's messages
     tend to repeat it exactly, and then only the offset is written in."""
 
-    MAX_KEPT = 256
+    MAX_KEPT: ClassVar[int] = 256  # a ClassVar: compiled, a plain one is per instance
 
     def __init__(self) -> None:
         # Properties as sent -> (properties as stored up to the offset, after the offset).
