@@ -52,6 +52,7 @@ COMPILED = [
     "src/kanin/core/queues/quorum.py",
     "src/kanin/core/queues/returns.py",
     "src/kanin/core/queues/stream.py",
+    "src/kanin/core/stream_args.py",
     "src/kanin/core/dispatch.py",
     "src/kanin/core/commit_rounds.py",
     "src/kanin/store/records.py",
@@ -59,6 +60,7 @@ COMPILED = [
     "src/kanin/store/stream_reads.py",
     "src/kanin/store/stream_index.py",
     "src/kanin/store/stream_log.py",
+    "src/kanin/store/stream_batch.py",
 ]
 
 # setup.py commands that build extension modules; anything else (egg_info, sdist, the

@@ -370,3 +370,21 @@ def test_holding_never_delays_acks_below_the_floor() -> None:
         ledger.confirm(seq)
     assert ledger.drain(hold_above=True) == ([], [(2, True)])
     assert ledger.holds_acks(), "4 waits for 3"
+
+
+def test_vouch_all_acks_only_what_waited_for_that_party_alone() -> None:
+    resolved: list[None] = []
+    ledger = ConfirmLedger(on_resolved=lambda: resolved.append(None))
+    stream, other = object(), object()
+    seqs = [ledger.next_seq() for _ in range(4)]
+    ledger.hold(seqs[0], [stream])
+    ledger.hold(seqs[1], [stream, other])
+    ledger.hold(seqs[2], [other])
+    ledger.confirm(seqs[3])
+    ledger.vouch_all(seqs, stream)
+    assert len(resolved) == 1, "one flush for the whole round"
+    assert ledger.drain() == ([], [(1, False), (4, False)])
+    assert ledger.pending_count == 2
+    ledger.done(seqs[1], other)
+    ledger.done(seqs[2], other)
+    assert ledger.drain() == ([], [(3, True)])

@@ -68,3 +68,12 @@ def test_at_most_max_kept_templates_are_kept() -> None:
         sent = message({"n": n}, b"")
         assert kept.header(sent, n) == stream_offset_header(sent, n)
     assert len(kept._kept) <= OffsetHeaders.MAX_KEPT
+
+
+def test_headers_taking_turns_each_keep_their_own_offset_gap() -> None:
+    """The last header is kept apart from the templates: taking turns, each is still right."""
+    kept = OffsetHeaders()
+    turns = [message({"a": "1"}, b"x"), message(None, b"x"), message({"a": "1"}, b"xy")]
+    for offset in range(9):
+        sent = turns[offset % 3]
+        assert kept.header(sent, offset) == stream_offset_header(sent, offset)

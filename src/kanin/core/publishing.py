@@ -202,8 +202,14 @@ def _hold_for_queues(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> Co
     settling = [queue for queue in queues if queue.settles_confirms]
     if not settling:
         return None
-    ledger.hold(seq, (*settling, _ROUTING))
-    return ConfirmTicket(ledger, seq)
+    if len(settling) == 1 and settling[0].settles_later:
+        # It cannot settle before this routing is over: no routing party to take back.
+        ledger.hold(seq, settling)
+    else:
+        ledger.hold(seq, (*settling, _ROUTING))
+    # The same tuple ConfirmTicket(ledger, seq) makes, without the NamedTuple's __new__,
+    # which runs as Python even compiled (3.7% of a compiled broker publishing to a stream).
+    return tuple.__new__(ConfirmTicket, (ledger, seq))
 
 
 def _settle_by_queues(channel: Channel, ticket: ConfirmTicket, refused: bool, stored: bool) -> None:

@@ -20,7 +20,7 @@ import re
 import struct
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError, ConnectionError_
@@ -200,17 +200,26 @@ class OffsetHeaders:
     header each time: publishers send a few distinct content headers over and over, so
     each one's result is kept with a gap where the offset goes (found by encoding once
     with a placeholder offset), and the next message with the same header only has its
-    body size and offset written in. At most MAX_KEPT are kept (then all are dropped)."""
+    body size and offset written in. At most MAX_KEPT are kept (then all are dropped).
+    The last header seen, body size and all, is kept apart too: a publisher's messages
+    tend to repeat it exactly, and then only the offset is written in."""
 
-    MAX_KEPT = 256
+    MAX_KEPT: ClassVar[int] = 256  # a ClassVar: compiled, a plain one is per instance
 
     def __init__(self) -> None:
         # Properties as sent -> (properties as stored up to the offset, after the offset).
         # Empty when the placeholder was ambiguous: each is then encoded whole.
         self._kept: dict[bytes, tuple[bytes, bytes] | tuple[()]] = {}
+        # The last header sent whose template was found: it as stored up to the offset,
+        # and after the offset.
+        self._last_sent = b""
+        self._last_before = b""
+        self._last_after = b""
 
     def header(self, message: Message, offset: int) -> bytes:
         payload = message.header_payload
+        if payload == self._last_sent:
+            return b"".join((self._last_before, _OFFSET.pack(offset), self._last_after))
         sent = payload[_PROPERTIES_AT:]
         kept = self._kept.get(sent)
         if kept is None:
@@ -221,7 +230,10 @@ class OffsetHeaders:
         if not kept:
             return stream_offset_header(message, offset)
         before, after = kept
-        return b"".join((payload[:_PROPERTIES_AT], before, _OFFSET.pack(offset), after))
+        self._last_sent = payload
+        self._last_before = payload[:_PROPERTIES_AT] + before
+        self._last_after = after
+        return b"".join((self._last_before, _OFFSET.pack(offset), after))
 
     @staticmethod
     def _template(message: Message) -> tuple[bytes, bytes] | tuple[()]:

@@ -13,12 +13,14 @@ How this works:
   the stream) and priority 0. The format's checksums and damage handling come with it.
 - Files: a segments.SegmentLog in `directory` (its segment files and their manifest),
   and one committer.GroupCommitter of the stream's own, so every commit round is one
-  write and one fsync. A new segment starts once the current one holds at least
-  max_segment_bytes; after a restart appends go to a fresh segment, never to one
-  recovery may have cut.
+  write and one fsync. Appends gather in a stream_batch.PendingRecords, which the round
+  takes as it starts: one chunk per round (and segment). A new segment starts once
+  the current one holds at least max_segment_bytes; after a restart appends go to a
+  fresh segment, never to one recovery may have cut.
 - Offsets: `append` gives the next offset at once, whether or not its round succeeds.
-  The committer reports each record on disk (on_written, with its file position, tagged
-  offset + 1 since a tag of 0 means none), oldest first: only then does the record enter
+  The committer reports each chunk on disk (on_written, with its file position, tagged
+  first offset + 1 since a tag of 0 means none), oldest first; its records' positions
+  follow from their sizes. Only then does a record enter
   the index (stream_index.py) and `committed_offset` pass it, and only then can a reader
   see it. Records of a failed round never reach the disk: when a later record is
   reported, the offsets before it that were not are lost for good, a hole readers step
@@ -61,6 +63,7 @@ from kanin.store import records
 from kanin.store.api import StreamRecord
 from kanin.store.committer import GroupCommitter, Landed, Waiter
 from kanin.store.segments import SegmentLog
+from kanin.store.stream_batch import PendingRecords
 from kanin.store.stream_index import StreamIndex, TailCache
 from kanin.store.stream_reads import DiskRead, SegmentSpan, SpanReader
 
@@ -97,6 +100,9 @@ class StreamLog:
         self._committer = GroupCommitter(self._segments, loop)
         self._committer.on_written = self._written
         self._committer.on_lost = self._lost
+        self._pending = PendingRecords()
+        self._handing_over = False  # _hand_over is due at the next round's start
+        self._in_flight: dict[int, int] = {}  # a chunk's first offset -> its record count
         self._index = StreamIndex()
         self._tail = TailCache(TAIL_CACHE_BYTES)
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kanin-stream-read")
@@ -129,7 +135,8 @@ class StreamLog:
 
     @property
     def committer(self) -> GroupCommitter:
-        """Its commit rounds (tests, and the queue's statistics: rounds, records)."""
+        """Its commit rounds (tests, and the queue's statistics: rounds). Its
+        records_committed counts chunks: one per round and segment written to."""
         return self._committer
 
     # -- writing --------------------------------------------------------------------------
@@ -145,20 +152,31 @@ class StreamLog:
         assert self._recovered, "recover() must run before the log is written"
         offset = self.next_offset
         self.next_offset = offset + 1
-        timestamp_ms = self._last_ts = max(timestamp_ms, self._last_ts, 0)
-        data = records.encode_enqueue(
-            offset, "", exchange, routing_key, header, body, 0, timestamp_ms
-        )
+        if timestamp_ms < self._last_ts:  # (never below 0: _last_ts starts there)
+            timestamp_ms = self._last_ts
+        self._last_ts = timestamp_ms
         if self._active_size >= self._max_segment_bytes:
             self._files.append(self._active)
             self._active += 1
             self._active_size = records.FILE_HEADER_BYTES
-        self._active_size += len(data)
-        self._committer.append(self._active, data, offset + 1)
+        size = self._pending.add(
+            self._active, offset, exchange, routing_key, header, body, timestamp_ms
+        )
+        self._active_size += size
+        if not self._handing_over:
+            self._handing_over = True
+            self._committer.at_round_start(self._hand_over)
         self._tail.add(
-            StreamRecord(offset, timestamp_ms, exchange, routing_key, header, body), len(data)
+            StreamRecord(offset, timestamp_ms, exchange, routing_key, header, body), size
         )
         return offset
+
+    def _hand_over(self) -> None:
+        """From the committer, as a round starts: everything appended goes into it."""
+        self._handing_over = False
+        for segment, first, count, data in self._pending.take():
+            self._in_flight[first] = count
+            self._committer.append(segment, data, first + 1)
 
     def after_commit(self, waiter: Waiter) -> None:
         """Publisher confirms (through core/commit_rounds.py) and the queue's own round
@@ -178,13 +196,16 @@ class StreamLog:
         self._on_committed.append(callback)
 
     def _written(self, landed: Landed) -> None:
-        """From the committer, on the loop: these records are on disk, oldest first."""
+        """From the committer, on the loop: these chunks are on disk, oldest first."""
         tail, index = self._tail, self._index
         for tag, number, position in landed:
-            offset = tag - 1
-            size, record = tail.commit(offset)  # also forgets lost offsets before it
-            index.add(number, offset, position, record.timestamp_ms, position + size)
-            self.committed_offset = offset + 1
+            first = tag - 1
+            for offset in range(first, first + self._in_flight.pop(first)):
+                size, record = tail.commit(offset)  # also forgets lost offsets before it
+                end = position + size
+                index.add(number, offset, position, record.timestamp_ms, end)
+                position = end
+                self.committed_offset = offset + 1
         tail.evict()
         for callback in self._on_committed:
             try:
@@ -197,7 +218,9 @@ class StreamLog:
         on disk. Their memory goes now (a full disk must not fill the memory too);
         committed_offset passes them only once a later record is on disk (see the top)."""
         for tag in tags:
-            self._tail.lose(tag - 1)
+            first = tag - 1
+            for offset in range(first, first + self._in_flight.pop(first)):
+                self._tail.lose(offset)
 
     # -- reading --------------------------------------------------------------------------
 

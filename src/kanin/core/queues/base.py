@@ -41,6 +41,10 @@ class Queue:
     # `publish_with_ticket` gets: an end-to-end queue when a consumer acks, a stream once
     # its own log has the message on disk.
     settles_confirms: ClassVar[bool] = False
+    # Such a queue that never settles during `publish_with_ticket` itself, only on a later
+    # loop turn (a stream, after its commit round): a publish routed to it alone waits for
+    # it alone, not for its routing too (publishing._hold_for_queues).
+    settles_later: ClassVar[bool] = False
     # The arguments a redeclare must repeat (RabbitMQ compares only a stream's own).
     compared_arguments: ClassVar[tuple[str, ...]] = KNOWN_ARGUMENTS
     # queue.delete's if-unused and if-empty apply (RabbitMQ's streams ignore both).

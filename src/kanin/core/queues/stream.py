@@ -73,6 +73,7 @@ class StreamQueue(Queue):
     type_name: ClassVar[str] = "stream"
     supports_global_qos: ClassVar[bool] = False
     settles_confirms: ClassVar[bool] = True
+    settles_later: ClassVar[bool] = True  # RoundBatches: after_commit waiters run later
     compared_arguments: ClassVar[tuple[str, ...]] = STREAM_ARGUMENTS
     delete_has_conditions: ClassVar[bool] = False
 
@@ -136,11 +137,19 @@ class StreamQueue(Queue):
         )
 
     def _settle(self, tickets: list[ConfirmTicket], ok: bool) -> None:
-        for ledger, seq in tickets:
-            if ok:
-                ledger.vouch(seq, self)
-            else:
+        if not ok:
+            for ledger, seq in tickets:
                 ledger.refuse(seq)
+            return
+        # A round's tickets come from a few publishing channels, each's in a run.
+        seqs: list[int] = []
+        last = tickets[0].ledger
+        for ledger, seq in tickets:
+            if ledger is not last:
+                last.vouch_all(seqs, self)
+                seqs, last = [], ledger
+            seqs.append(seq)
+        last.vouch_all(seqs, self)
 
     def reject_publish_dead_letter(self, message: Message) -> None:
         """Never asked: a stream refuses no publish."""
