@@ -118,7 +118,7 @@ class ConfirmLedger:
             else:
                 del pending[seq]
                 acked.append(seq)
-        self._on_resolved()
+        self._request_flush()
 
     def refuse(self, seq: int) -> None:
         """`reject`, from outside a publish (the message was dropped): the nack goes out soon."""

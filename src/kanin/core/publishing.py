@@ -207,9 +207,7 @@ def _hold_for_queues(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> Co
         ledger.hold(seq, settling)
     else:
         ledger.hold(seq, (*settling, _ROUTING))
-    # The same tuple ConfirmTicket(ledger, seq) makes, without the NamedTuple's __new__,
-    # which runs as Python even compiled (3.7% of a compiled broker publishing to a stream).
-    return tuple.__new__(ConfirmTicket, (ledger, seq))
+    return ConfirmTicket(ledger, seq)
 
 
 def _settle_by_queues(channel: Channel, ticket: ConfirmTicket, refused: bool, stored: bool) -> None:
