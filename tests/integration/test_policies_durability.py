@@ -24,20 +24,26 @@ CAP = {"pattern": "^capped", "definition": {"max-length": 2}, "apply-to": "queue
 
 
 def start_with_api(data_dir: Path) -> tuple[subprocess.Popen[str], int, Api]:
-    """`kanin server` with its management API on a free port, once that API listens."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        free = probe.getsockname()[1]
-    log: list[str] = []
-    process, port = start_kanin(data_dir, "--mgmt-port", str(free), log=log)
-    deadline = time.monotonic() + 20
-    while not any(re.search(f"management API on \\S+ port {free}", line) for line in list(log)):
-        if time.monotonic() > deadline:
+    """`kanin server` with its management API on a free port, once that API listens. The
+    port is picked here and freed for kanin, so another process may take it meanwhile
+    (the suite runs beside a second one): then kanin stops, and it starts on another."""
+    for _attempt in range(3):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            free = probe.getsockname()[1]
+        log: list[str] = []
+        process, port = start_kanin(data_dir, "--mgmt-port", str(free), log=log)
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            if any(re.search(f"management API on \\S+ port {free}", line) for line in list(log)):
+                return process, port, Api(f"http://127.0.0.1:{free}")
+            time.sleep(0.05)
+        if process.poll() is None:
             process.kill()
             process.wait()
             raise AssertionError("the management API did not start:\n" + "".join(log))
-        time.sleep(0.05)
-    return process, port, Api(f"http://127.0.0.1:{free}")
+        process.wait()
+    raise AssertionError("kanin stopped at every try:\n" + "".join(log))
 
 
 def fill(port: int, queue: str, count: int) -> int:
