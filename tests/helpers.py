@@ -8,6 +8,7 @@ Fixtures (`conn`, `raw`) are in tests/integration/conftest.py.
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -381,6 +382,33 @@ def start_kanin(
     the process (by its PID) when done.
     """
     return start_server_process(server_command(data_dir, *extra), log=log)
+
+
+def start_kanin_on_free_port(
+    data_dir: Path, option: str, *extra: str, log: list[str] | None = None
+) -> tuple[subprocess.Popen[str], int, int]:
+    """start_kanin with `option` (--mgmt-port, --prometheus-port: 0 turns those off) set to
+    a free port, once the broker logs that it listens there; returns the process, its AMQP
+    port and that port. The port is picked here and freed for kanin, so another process
+    may take it meanwhile (the compiled run goes on beside the suite): kanin then stops,
+    saying so, and it starts again on another."""
+    for _attempt in range(3):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            free = int(probe.getsockname()[1])
+        lines: list[str] = [] if log is None else log
+        del lines[:]
+        process, port = start_kanin(data_dir, *extra, option, str(free), log=lines)
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            if any(f"port {free}" in line for line in list(lines)):
+                return process, port, free
+            time.sleep(0.05)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+            raise AssertionError(f"kanin did not listen on {option} {free}:\n" + "".join(lines))
+    raise AssertionError(f"kanin stopped at every try ({option}):\n" + "".join(lines))
 
 
 def start_server_process(

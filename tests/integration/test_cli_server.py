@@ -18,7 +18,7 @@ from pathlib import Path
 import pika
 import pytest
 
-from helpers import server_command, start_kanin
+from helpers import server_command, start_kanin, start_kanin_on_free_port
 
 pytestmark = pytest.mark.kanin_only
 
@@ -143,10 +143,7 @@ def test_an_http_port_in_use_is_a_clear_error_naming_it(
 
 
 def test_the_management_api_answers_on_its_port(tmp_path: Path) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        free = probe.getsockname()[1]
-    process, _ = start_kanin(tmp_path / "data", "--mgmt-port", str(free))
+    process, _, free = start_kanin_on_free_port(tmp_path / "data", "--mgmt-port")
     request = urllib.request.Request(f"http://127.0.0.1:{free}/api/whoami")
     request.add_header("Authorization", "Basic " + base64.b64encode(b"guest:guest").decode())
     try:

@@ -3,11 +3,8 @@ process, and travel in /api/definitions in RabbitMQ's shape, both ways."""
 
 from __future__ import annotations
 
-import re
 import signal
-import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +12,7 @@ from typing import Any
 import pika
 import pytest
 
-from helpers import BrokerFactory, start_kanin
+from helpers import BrokerFactory, start_kanin_on_free_port
 from mgmt_http import Api
 
 pytestmark = pytest.mark.kanin_only
@@ -24,26 +21,9 @@ CAP = {"pattern": "^capped", "definition": {"max-length": 2}, "apply-to": "queue
 
 
 def start_with_api(data_dir: Path) -> tuple[subprocess.Popen[str], int, Api]:
-    """`kanin server` with its management API on a free port, once that API listens. The
-    port is picked here and freed for kanin, so another process may take it meanwhile
-    (the suite runs beside a second one): then kanin stops, and it starts on another."""
-    for _attempt in range(3):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            free = probe.getsockname()[1]
-        log: list[str] = []
-        process, port = start_kanin(data_dir, "--mgmt-port", str(free), log=log)
-        deadline = time.monotonic() + 60
-        while process.poll() is None and time.monotonic() < deadline:
-            if any(re.search(f"management API on \\S+ port {free}", line) for line in list(log)):
-                return process, port, Api(f"http://127.0.0.1:{free}")
-            time.sleep(0.05)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-            raise AssertionError("the management API did not start:\n" + "".join(log))
-        process.wait()
-    raise AssertionError("kanin stopped at every try:\n" + "".join(log))
+    """`kanin server` with its management API on a free port, once that API listens."""
+    process, port, api_port = start_kanin_on_free_port(data_dir, "--mgmt-port")
+    return process, port, Api(f"http://127.0.0.1:{api_port}")
 
 
 def fill(port: int, queue: str, count: int) -> int:

@@ -15,7 +15,7 @@ import pika
 import pytest
 
 import tls_certs
-from helpers import one_line_error, run_server, start_kanin
+from helpers import one_line_error, run_server, start_kanin, start_kanin_on_free_port
 from mgmt_http import Api
 from tls_certs import CLIENT_DN, Certificates
 
@@ -55,11 +55,9 @@ def tls_process(tmp_path: Path, certs: Certificates) -> Iterator[tuple[int, int,
     and HTTPS management: (amqps port, management port, its log)."""
     log: list[str] = []
     flags = tls_flags(certs, "--tls-ca", str(certs.ca), "--tls-verify", "peer")
-    with socket.socket() as probe:  # --mgmt-port 0 turns the API off: a free port instead
-        probe.bind(("127.0.0.1", 0))
-        https = probe.getsockname()[1]
-    flags += ["--tls-cert-login-from", "common_name", "--mgmt-tls", "--mgmt-port", str(https)]
-    process, _ = start_kanin(tmp_path / "data", *flags, log=log)
+    flags += ["--tls-cert-login-from", "common_name", "--mgmt-tls"]
+    # --mgmt-port 0 turns the API off: a free port instead
+    process, _, https = start_kanin_on_free_port(tmp_path / "data", "--mgmt-port", *flags, log=log)
     try:
         amqps = logged_port(log, r"listening for AMQP over TLS \(amqps\)")
         assert logged_port(log, r"listening for the management API over HTTPS") == https
