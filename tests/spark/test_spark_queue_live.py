@@ -108,3 +108,26 @@ def test_an_available_now_run_hands_over_only_what_was_there_when_it_started(
         assert consumer_count(broker.url, queue) == 0
     finally:
         reader.close()
+
+
+def test_a_run_that_starts_its_consumer_waits_for_the_messages_it_counted(
+    broker: Any, unique: Any
+) -> None:
+    """A restarted query's run starts its consumer in prepareForTriggerAvailableNow (Spark
+    calls no initialOffset then) and asks for a batch at once; Spark ends the run at the
+    first empty batch, so the batch waits for the deliveries of messages it counted."""
+    queue = unique("classic")
+    with channel(broker.url) as ch:
+        ch.queue_declare(queue, durable=True)
+    publish(broker.url, queue, 25)
+    reader = queue_reader(broker.url, queue, batch=10)
+    try:
+        reader.prepareForTriggerAvailableNow()
+        sizes = []
+        start = {"next": 0}
+        for _ in range(4):
+            rows, start = reader.read(start)
+            sizes.append(len(list(rows)))
+        assert sizes == [10, 10, 5, 0]
+    finally:
+        reader.close()

@@ -28,7 +28,9 @@ run may hand over, then starts its consumer. Batches stop there, so a run ends e
 while publishers go on; what arrives during the run is left for the next one. Should a
 consumer already be running, the count is what it holds plus the ready count, and
 deliveries on their way to it at that instant wait for the next run (never more is
-read than was there). Once the run has handed over its count and the last batch is
+read than was there). Spark ends a run at its first empty batch, so while the run
+has messages left to hand over a batch waits (up to RUN_WAIT_S) for their deliveries,
+which a consumer started for the run may not have yet. Once the run has handed over its count and the last batch is
 acked, the reader closes its connection and waits for the broker's close-ok: what the
 consumer prefetched beyond the count is back in the queue before the run ends, so a
 run started right after reads it (the runner process Spark leaves behind a query lives
@@ -38,6 +40,7 @@ on for a moment, and its consumer would otherwise hold those messages).
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import suppress
@@ -53,6 +56,9 @@ from kanin.spark.options import QUEUE_MODE_DEFAULT_BATCH, KaninOptions
 from kanin.spark.rows import Row, delivery_row
 from kanin.spark.socket_conn import SocketConnection
 from kanin.spark.socket_read import Delivery, SocketConsumer
+
+# Trigger.AvailableNow: how long a batch waits for messages the run counted as ready.
+RUN_WAIT_S = 5.0
 
 
 class KaninQueueReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -100,6 +106,10 @@ class KaninQueueReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         most = self.batch_size
         if self._run_budget is not None:
             most = min(most, self._run_budget)
+            # Spark ends the run at the first empty batch, and a consumer started for it
+            # (a restarted query's: prepareForTriggerAvailableNow started it) may not have
+            # its deliveries yet: they were in the queue, so they come.
+            consumer.wait_for(most, RUN_WAIT_S)
         rows = consumer.take(begin, most)
         if self._run_budget is not None:
             self._run_budget -= len(rows)
@@ -183,6 +193,13 @@ class _QueueConsumer:
                 self._socket.ack(last)
             except OSError:  # gone: the broker redelivers them, as after a crash
                 self.closed = True
+
+    def wait_for(self, count: int, timeout_s: float) -> None:
+        """Until `count` deliveries are buffered, the connection is gone or timeout_s has
+        passed (another consumer of the queue may have taken some)."""
+        deadline = time.monotonic() + timeout_s
+        while len(self._buffer) < count and not self.closed and time.monotonic() < deadline:
+            time.sleep(0.005)
 
     @property
     def all_acked(self) -> bool:
