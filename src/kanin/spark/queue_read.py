@@ -30,11 +30,12 @@ consumer already be running, the count is what it holds plus the ready count, an
 deliveries on their way to it at that instant wait for the next run (never more is
 read than was there). Spark ends a run at its first empty batch, so while the run
 has messages left to hand over a batch waits (up to RUN_WAIT_S) for their deliveries,
-which a consumer started for the run may not have yet. Once the run has handed over its count and the last batch is
-acked, the reader closes its connection and waits for the broker's close-ok: what the
-consumer prefetched beyond the count is back in the queue before the run ends, so a
-run started right after reads it (the runner process Spark leaves behind a query lives
-on for a moment, and its consumer would otherwise hold those messages).
+which a consumer started for the run may not have yet. Once the run has handed over its
+count and the last batch is acked, the reader closes its connection and waits for the
+broker's close-ok: what the consumer prefetched beyond the count is back in the queue
+before the run ends, so a run started right after reads it (the runner process Spark
+leaves behind a query lives on for a moment, and its consumer would otherwise hold
+those messages).
 """
 
 from __future__ import annotations
