@@ -106,20 +106,6 @@ class ConfirmLedger:
             self.done(seq, party)
             self._request_flush()
 
-    def vouch_all(self, seqs: list[int], party: Party) -> None:
-        """`vouch` for each of `seqs` (a stream's commit round): one flush for them all."""
-        pending, acked = self._pending, self._acked
-        for seq in seqs:
-            waiting = pending.get(seq)
-            if waiting is None or party not in waiting:
-                continue
-            if len(waiting) > 1:
-                pending[seq] = waiting - {party}
-            else:
-                del pending[seq]
-                acked.append(seq)
-        self._request_flush()
-
     def refuse(self, seq: int) -> None:
         """`reject`, from outside a publish (the message was dropped): the nack goes out soon."""
         if seq in self._pending:

@@ -194,16 +194,15 @@ def _hold_for_queues(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> Co
     _ROUTING off again costs per publish). Such a queue refusing the publish never
     settled it, and whether it stored it is known before it can settle (streams settle
     once on disk, later; end-to-end queues store nothing)."""
-    if len(queues) == 1:
-        if not queues[0].settles_confirms:
-            return None
-        ledger.hold(seq, (queues[0],))
-        return ConfirmTicket(ledger, seq)
-    settling = [queue for queue in queues if queue.settles_confirms]
+    if len(queues) == 1:  # the usual case, without building a list
+        settling = queues if queues[0].settles_confirms else []
+    else:
+        settling = [queue for queue in queues if queue.settles_confirms]
     if not settling:
         return None
-    if len(settling) == 1 and settling[0].settles_later:
-        # It cannot settle before this routing is over: no routing party to take back.
+    if len(queues) == 1 or (len(settling) == 1 and settling[0].settles_later):
+        # Nothing else is to come, or the one that settles cannot before this routing is
+        # over (a stream, after its commit round): no routing party to take back.
         ledger.hold(seq, settling)
     else:
         ledger.hold(seq, (*settling, _ROUTING))

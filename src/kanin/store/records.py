@@ -76,8 +76,8 @@ _SIMPLE: Final = struct.Struct(">BQH")  # type, id, queue key length
 _COUNTED: Final = struct.Struct(">BQIH")  # REDELIVERED: type, id, returns, queue key length
 _ENQUEUE: Final = struct.Struct(">BQBQBBIIH")  # type, id, priority, expiry, 4 lengths, queue
 _FRAMED_ENQUEUE: Final = struct.Struct(">II" + _ENQUEUE.format[1:])  # with length and checksum
-# An ENQUEUE's fixed part, framed, for readers that decode it in place (stream_reads.py): the
-# _FRAMED_ENQUEUE fields; the queue key, exchange, routing key, header and body follow.
+# ENQUEUE's fixed part, bare and framed, to encode or decode in place (stream_batch, stream_reads).
+ENQUEUE_FIELDS: Final[struct.Struct] = _ENQUEUE
 FRAMED_ENQUEUE: Final[struct.Struct] = _FRAMED_ENQUEUE
 _U8: Final = struct.Struct(">B")
 _U32: Final = struct.Struct(">I")

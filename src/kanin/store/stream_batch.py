@@ -11,14 +11,9 @@ is copied once, into the round's chunk. Pure: no I/O.
 
 from __future__ import annotations
 
-import struct
 import zlib
-from typing import Final
 
-from kanin.store.records import ENQUEUE, FRAMED_ENQUEUE, PREFIX
-
-# An ENQUEUE's fields after its length and checksum (records.py has the format).
-_FIXED: Final = struct.Struct(">" + FRAMED_ENQUEUE.format[3:])
+from kanin.store.records import ENQUEUE, ENQUEUE_FIELDS, PREFIX
 
 
 class _Run:
@@ -66,7 +61,7 @@ class PendingRecords:
             self._exchange, self._routing_key = exchange, routing_key
         names, routing_at = self._names, self._exchange_len
         routing_len, header_len, body_len = len(names) - routing_at, len(header), len(body)
-        fixed = _FIXED.pack(
+        fixed = ENQUEUE_FIELDS.pack(
             ENQUEUE, offset, 0, timestamp_ms, routing_at, routing_len, header_len, body_len, 0
         )
         head = b"".join((fixed, names, header))

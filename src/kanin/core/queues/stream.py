@@ -137,19 +137,13 @@ class StreamQueue(Queue):
         )
 
     def _settle(self, tickets: list[ConfirmTicket], ok: bool) -> None:
-        if not ok:
-            for ledger, seq in tickets:
-                ledger.refuse(seq)
-            return
-        # A round's tickets come from a few publishing channels, each's in a run.
-        seqs: list[int] = []
-        last = tickets[0].ledger
+        # Each ledger asks its channel for one flush until it drains, however many of a
+        # round's publishes it vouches for.
         for ledger, seq in tickets:
-            if ledger is not last:
-                last.vouch_all(seqs, self)
-                seqs, last = [], ledger
-            seqs.append(seq)
-        last.vouch_all(seqs, self)
+            if ok:
+                ledger.vouch(seq, self)
+            else:
+                ledger.refuse(seq)
 
     def reject_publish_dead_letter(self, message: Message) -> None:
         """Never asked: a stream refuses no publish."""
