@@ -34,6 +34,11 @@ others, and the report adds kanin ÷ kanin-baseline. --no-rabbitmq leaves Rabbit
 made from this tree's sources and checked to be the same sources as the snapshot); with
 --baseline-src . that is compiled (kanin) against pure (kanin-baseline), same code. The
 `kanin perf` client is always the pure snapshot, the same for every broker.
+
+    python bench/compare.py --compiled --baseline-src /tmp/old --baseline-compiled ...
+
+--baseline-compiled runs kanin-baseline compiled too, built by DIR's own
+tests/compiled_build.py: an A/B of a change to the compiled broker.
 """
 
 from __future__ import annotations
@@ -114,6 +119,11 @@ def parse_args() -> argparse.Namespace:
         metavar="DIR",
         help="also run kanin-baseline, `kanin server` from DIR/src (another kanin checkout)",
     )
+    p.add_argument(
+        "--baseline-compiled",
+        action="store_true",
+        help="run kanin-baseline from DIR's compiled build (its tests/compiled_build.py)",
+    )
     p.add_argument("--no-rabbitmq", action="store_true", help="leave RabbitMQ out of the run")
     compiled.add_option(p)
     args = p.parse_args()
@@ -123,6 +133,8 @@ def parse_args() -> argparse.Namespace:
         args.baseline_src = args.baseline_src.resolve()
         if not (args.baseline_src / "src" / "kanin" / "__init__.py").is_file():
             p.error(f"--baseline-src: no kanin package in {args.baseline_src}/src")
+    if args.baseline_compiled and args.baseline_src is None:
+        p.error("--baseline-compiled needs --baseline-src")
     if args.quick:
         args.duration, args.reps, args.messages = 2.0, 1, 5_000
     return args
@@ -477,7 +489,11 @@ def snapshot_baseline(run: Run) -> dict[str, Any]:
     if imported != copy / "kanin":  # else kanin-baseline would not be the baseline at all
         raise RuntimeError(f"with PYTHONPATH={copy}, kanin is imported from {imported}")
     run.kanin_paths[BASELINE] = copy
+    if run.args.baseline_compiled:
+        work = run.work / "baseline"
+        run.kanin_paths[BASELINE] = compiled.snapshot(work, copy, root=source)
     return {
+        "kanin_baseline_build": compiled.BUILD_NAME if run.args.baseline_compiled else "pure",
         "kanin_baseline_src": str(source),
         "kanin_baseline_digest": digest,
         "kanin_baseline_commit": git_commit(source),

@@ -28,13 +28,14 @@ def add_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def snapshot(work: Path, sources: Path | None = None) -> Path:
-    """Build (or reuse) the compiled tree, copy it to work/compiled and return the copy.
+def snapshot(work: Path, sources: Path | None = None, root: Path = ROOT) -> Path:
+    """Build (or reuse) the compiled tree of the checkout at `root` (by its own
+    tests/compiled_build.py), copy it to work/compiled and return the copy.
 
     sources: the copy of the sources the run measures (harness.snapshot_source's), else
-    this checkout's src/."""
+    root's src/."""
     built = subprocess.run(
-        [harness.PYTHON, str(ROOT / "tests" / "compiled_build.py")],
+        [harness.PYTHON, str(root / "tests" / "compiled_build.py")],
         capture_output=True,
         text=True,
         check=False,
@@ -44,7 +45,7 @@ def snapshot(work: Path, sources: Path | None = None) -> Path:
     tree = Path(built.stdout.strip().splitlines()[-1])
     copy = work / "compiled"
     shutil.copytree(tree, copy, ignore=shutil.ignore_patterns("__pycache__"))
-    if harness.source_digest(copy) != harness.source_digest(sources or ROOT / "src"):
+    if harness.source_digest(copy) != harness.source_digest(sources or root / "src"):
         raise RuntimeError("--compiled: the built tree's sources are not the measured ones")
     imported = harness.kanin_imported_from(copy)
     if imported != copy / "kanin":
