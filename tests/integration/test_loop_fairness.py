@@ -59,9 +59,10 @@ def test_a_deep_queue_draining_to_a_fast_consumer_holds_no_other_connection_up(
 ) -> None:
     """The queue hands out a batch per loop turn and leaves the rest for the next one, so a
     connection opened while 200,000 messages drain to a no-ack consumer is answered while
-    most are still there. (When the whole queue went out in one turn, that connection's
+    some are still there. (When the whole queue went out in one turn, that connection's
     connection.start came only once the queue was empty: seconds, on a busy machine more
-    than a client's connect timeout.)"""
+    than a client's connect timeout.) How many are left depends on how fast the broker
+    drains against how fast this client's round trips go, so only "not empty" is asked."""
     publisher = client(broker.port)
     publisher.rpc(1, commands.Queue.Declare(queue=QUEUE), commands.Queue.DeclareOk)
     one = frame.marshal(commands.Basic.Publish(routing_key=QUEUE), 1) + frame.marshal(
@@ -75,7 +76,7 @@ def test_a_deep_queue_draining_to_a_fast_consumer_holds_no_other_connection_up(
     consumer.send_method(1, commands.Basic.Consume(queue=QUEUE, no_ack=True))
     with reading_everything(consumer):
         newcomer = client(broker.port)  # handshake, channel.open: several round trips
-        assert ready_count(newcomer) > MESSAGES // 2
+        assert ready_count(newcomer) > 0
         newcomer.close()
         while ready_count(publisher) > 0:  # and the queue does drain
             pass

@@ -265,7 +265,7 @@ def test_whole_publishes_are_made_when_all_three_frames_are_there() -> None:
         (3, b"abc"),
         (7, b"last"),
     ]
-    assert whole[1].method.routing_key == "a.b"
+    assert whole[1].args.routing_key == "a.b"
 
 
 def test_a_whole_publish_counts_as_its_frames_against_the_limit() -> None:

@@ -27,6 +27,7 @@ from kanin.amqp.errors import AMQPError, ChannelError, ConnectionError_
 from kanin.amqp.frames import BodyFrame, HeaderFrame
 from kanin.amqp.methods import (
     DeliveryEncoder,
+    PublishArgs,
     build,
     class_and_method,
     close_for,
@@ -140,12 +141,12 @@ class Channel:
         if content is not None:
             self._publish(content)
 
-    def publish_whole(self, method: Any, header: HeaderFrame, body: bytes) -> None:
+    def publish_whole(self, args: PublishArgs, header: HeaderFrame, body: bytes) -> None:
         """A publish whose frames arrived together, while the assembler is idle and the
         body within limits: the message the assembler would have built, without it.
         A channel error closes this channel; a connection error goes up."""
         try:
-            publish(self, method, header, body)
+            publish(self, args, header, body)
         except ChannelError as exc:
             exc.with_method(60, 40)
             self.fail(exc)
@@ -156,7 +157,7 @@ class Channel:
 
     def _publish(self, content: Content) -> None:
         try:
-            publish(self, content.method, content.header, content.body)
+            publish(self, PublishArgs.of(content.method), content.header, content.body)
         except AMQPError as exc:
             raise exc.with_method(60, 40) from None
         self.counters.published += 1

@@ -19,6 +19,7 @@ import datetime
 from typing import TYPE_CHECKING, Any
 
 from kanin.amqp.tables import LongLong, encode_header
+from kanin.core.exchanges.routing import route_keys
 from kanin.core.message import Entry, Message
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ def dead_letter(vhost: VirtualHost, queue: Queue, entries: list[Entry], reason: 
         assert entry.message is not None, "the queue reads paged-out messages back first"
         message = dead_lettered_message(entry.message, queue, reason, now)
         deaths = message.headers.get("x-death") or []
-        for target in vhost.route_keys(exchange, message.routing_keys, message.headers):
+        for target in route_keys(vhost.exchanges, exchange, message.routing_keys, message.headers):
             if not is_cycle(target.name, deaths, reason):
                 target.publish(message)
         message.shed_properties()

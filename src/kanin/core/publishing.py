@@ -17,12 +17,13 @@ from pamqp import commands
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError, ConnectionError_
 from kanin.amqp.frames import HeaderFrame, decode_properties
-from kanin.amqp.methods import build
+from kanin.amqp.methods import PublishArgs, build
 from kanin.amqp.tables import encode_header
 from kanin.core import reply_to
 from kanin.core.confirms import ConfirmTicket
 from kanin.core.exchanges import ABSORBED
 from kanin.core.exchanges import STORED as EXCHANGE_STORED
+from kanin.core.exchanges.routing import route, route_keys
 from kanin.core.message import Message
 from kanin.core.permissions import check_permission
 from kanin.core.queue_args import parse_expiration
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
     from kanin.core.vhost import VirtualHost
 
 
-def publish(channel: Channel, method: Any, header: HeaderFrame, body: bytes) -> None:
-    if method.immediate:
+def publish(channel: Channel, args: PublishArgs, header: HeaderFrame, body: bytes) -> None:
+    if args.immediate:
         raise ConnectionError_(C.NOT_IMPLEMENTED, "immediate=true")
     vhost = channel.vhost
     user = channel.services.user
@@ -44,12 +45,12 @@ def publish(channel: Channel, method: Any, header: HeaderFrame, body: bytes) -> 
     # only for another exchange, or once the user's permissions in the vhost were replaced.
     permission = user.permissions.get(vhost.name)
     checked = channel.write_checked
-    if checked[0] is not permission or checked[1] != method.exchange or permission is None:
-        check_permission(channel.services, "write", "exchange", method.exchange)
-        channel.write_checked = (permission, method.exchange)
-    exchange = vhost.exchanges.get(method.exchange)
+    if checked[0] is not permission or checked[1] != args.exchange or permission is None:
+        check_permission(channel.services, "write", "exchange", args.exchange)
+        channel.write_checked = (permission, args.exchange)
+    exchange = vhost.exchanges.get(args.exchange)
     if exchange is None:
-        raise vhost.exchange_not_found(method.exchange)
+        raise vhost.exchange_not_found(args.exchange)
     if exchange.internal:
         raise ChannelError(
             C.ACCESS_REFUSED,
@@ -72,8 +73,8 @@ def publish(channel: Channel, method: Any, header: HeaderFrame, body: bytes) -> 
         properties.headers = {k: v for k, v in properties.headers.items() if k != "BCC"}
         header_payload = encode_header(header.body_size, properties)
     message = Message(
-        method.exchange,
-        method.routing_key,
+        args.exchange,
+        args.routing_key,
         header_payload,
         body,
         properties,
@@ -81,9 +82,9 @@ def publish(channel: Channel, method: Any, header: HeaderFrame, body: bytes) -> 
         extra_keys,
     )
     if channel.tx is not None:
-        channel.tx.append(("publish", (message, method.mandatory)))
+        channel.tx.append(("publish", (message, args.mandatory)))
         return
-    route_and_enqueue(channel, message, method.mandatory)
+    route_and_enqueue(channel, message, args.mandatory)
 
 
 def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> None:
@@ -107,9 +108,9 @@ def route_and_enqueue(channel: Channel, message: Message, mandatory: bool) -> No
                 return
         if exchange is not None:
             queues = (
-                vhost.route_keys(exchange, message.routing_keys, message.headers)
+                route_keys(vhost.exchanges, exchange, message.routing_keys, message.headers)
                 if message.cc_bcc
-                else vhost.route(exchange, message.routing_key, message.headers)
+                else route(vhost.exchanges, exchange, message.routing_key, message.headers)
             )
             exchange.msg_published_in += 1
             exchange.msg_published_out += len(queues)
@@ -150,7 +151,7 @@ def route_without_channel(vhost: VirtualHost, message: Message) -> tuple[bool, b
         if verdict & ABSORBED:
             message.shed_properties()
             return True, bool(verdict & EXCHANGE_STORED)
-    queues = vhost.route_keys(exchange, message.routing_keys, message.headers)
+    queues = route_keys(vhost.exchanges, exchange, message.routing_keys, message.headers)
     exchange.msg_published_in += 1
     exchange.msg_published_out += len(queues)
     _, stored = _enqueue(queues, message, None)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Union
 
+from kanin.native import mypyc_attr
+
 if TYPE_CHECKING:
     from kanin.core.message import Message
     from kanin.core.policies import Policy
@@ -46,6 +48,8 @@ class Binding:
         self.key = (id(destination), routing_key, freeze(arguments))
 
 
+# Compiled (docs/mypyc.md); the deduplicating and delayed types subclass it as Python.
+@mypyc_attr(allow_interpreted_subclasses=True)
 class Exchange:
     type_name: ClassVar[str] = ""
     # Exchanges that act on a publish before it is routed (deduplicating, delayed) set
@@ -76,7 +80,9 @@ class Exchange:
 
     def configure(self) -> None:
         """A type with arguments of its own checks and reads them here (an AMQPError
-        refuses the declare: the exchange is not made)."""
+        refuses the declare: the exchange is not made), and one that indexes its
+        bindings makes its index. Called once, at the end of __init__ (a compiled
+        subclass cannot pass *args on to it)."""
 
     @property
     def alternate_exchange(self) -> str | None:

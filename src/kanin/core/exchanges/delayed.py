@@ -42,6 +42,7 @@ from kanin.core.exchanges.base import ABSORBED, ROUTE, STORED, Binding, Destinat
 from kanin.core.exchanges.direct import DirectExchange
 from kanin.core.exchanges.fanout import FanoutExchange
 from kanin.core.exchanges.headers import HeadersExchange
+from kanin.core.exchanges.routing import route_keys
 from kanin.core.exchanges.topic import TopicExchange
 from kanin.core.message import Message
 from kanin.core.paging import message_of
@@ -244,7 +245,7 @@ class DelayedExchange(Exchange):
             return  # deleted meanwhile
         queues = self._one_queue(message) if message.cc_bcc is None else None
         if queues is None:
-            queues = vhost.route_keys(self, self._routing_keys(message), message.headers)
+            queues = route_keys(vhost.exchanges, self, self._routing_keys(message), message.headers)
         for queue in queues:
             if queue.publish(message) == REFUSED:
                 queue.reject_publish_dead_letter(message)

@@ -14,8 +14,7 @@ if TYPE_CHECKING:
 class DirectExchange(Exchange):
     type_name = "direct"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def configure(self) -> None:
         self._by_key: dict[str, dict[tuple[Any, ...], Destination]] = {}
 
     def _on_bind(self, binding: Binding) -> None:

@@ -45,8 +45,7 @@ def _match(pattern: tuple[str, ...], p: int, words: tuple[str, ...], w: int) -> 
 class TopicExchange(Exchange):
     type_name = "topic"
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def configure(self) -> None:
         self._cache: dict[str, list[Destination]] = {}
 
     def _on_bind(self, binding: Binding) -> None:

@@ -84,7 +84,7 @@ class ClassicQueue(Queue):
             if self.args.max_priority is not None
             else FifoReady()
         )
-        self._choice = ConsumerChoice(self.consumers, self.args.single_active_consumer)
+        self.choice = ConsumerChoice(self.consumers, self.args.single_active_consumer)
         self.ready_bytes = 0  # body bytes of every ready message (x-max-length-bytes)
         self._scheduler = scheduler
         self._memory = memory
@@ -169,7 +169,7 @@ class ClassicQueue(Queue):
         result = ACCEPTED
         # As RabbitMQ: to an empty queue's consumer with room at once (not counted against
         # x-max-length, no TTL of 0); without acks it is gone then: nothing to store.
-        consumer = self._choice.pick() if not self.ready and self.consumers else None
+        consumer = self.choice.pick() if not self.ready and self.consumers else None
         stores = consumer is None or not consumer.no_ack
         if stores and self.store is not None and (self._stores_all or message.persistent):
             entry.stored_id = self.store.enqueue(
@@ -440,16 +440,16 @@ class ClassicQueue(Queue):
 
     def add_consumer(self, consumer: Consumer) -> None:
         self.consumers[consumer] = None
-        self._choice.joined(consumer)
+        self.choice.joined(consumer)
         self._had_consumer = True
         self.touch()
         self.schedule_dispatch()
 
     def remove_consumer(self, consumer: Consumer) -> None:
-        self._choice.leaving(consumer)
+        self.choice.leaving(consumer)
         if self.consumers.pop(consumer, False) is False:
             return
-        self._choice.left(consumer)
+        self.choice.left(consumer)
         if self.consumers:
             if self.args.single_active_consumer:
                 self.schedule_dispatch()  # the next consumer takes over
@@ -461,15 +461,15 @@ class ClassicQueue(Queue):
     def drop_consumers(self) -> None:
         """The queue is gone: forget every consumer (their channels were told already)."""
         for consumer in self.consumers:
-            self._choice.left(consumer)
+            self.choice.left(consumer)
         self.consumers.clear()
 
     def has_exclusive_consumer(self) -> bool:
-        return self._choice.has_exclusive
+        return self.choice.has_exclusive
 
     def unpark(self, consumer: Consumer) -> None:
         """A parked consumer has capacity again (its channel says so): give it its turns back."""
-        if self._choice.unpark(consumer) and self.ready:
+        if self.choice.unpark(consumer) and self.ready:
             self.schedule_dispatch()
 
     def schedule_dispatch(self, next_turn: bool = False) -> None:
@@ -490,7 +490,7 @@ class ClassicQueue(Queue):
         for _ in range(DISPATCH_BATCH):
             if self._getters or not self._head_ready():
                 return  # empty, or the head is being read: its landing dispatches again
-            consumer = self._choice.pick()
+            consumer = self.choice.pick()
             if consumer is None:
                 return
             entry = self._pop()

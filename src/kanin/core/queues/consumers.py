@@ -16,14 +16,9 @@ class as they come and go; it asks `pick` for each delivery.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
-from operator import methodcaller
-from typing import TYPE_CHECKING
 
+from kanin.core.consumer import Consumer
 from kanin.core.dispatch import DispatchRing
-
-if TYPE_CHECKING:
-    from kanin.core.consumer import Consumer
 
 
 class ConsumerChoice:
@@ -33,6 +28,11 @@ class ConsumerChoice:
         self._turns: DispatchRing[Consumer] = DispatchRing()  # whose turn it is
         self._exclusive = 0
         self._sac_previous: Consumer | None = None  # a cancelled active consumer still owing
+
+    @property
+    def examined(self) -> int:
+        """Consumers asked whether they can take a message, so far: tests bound it."""
+        return self._turns.examined
 
     @property
     def has_exclusive(self) -> bool:
@@ -68,7 +68,14 @@ class ConsumerChoice:
         if not self._consumers:
             return None
         if not self._single_active:
-            return self._turns.choose(_has_capacity, self._park)
+            # DispatchRing.choose(Consumer.has_capacity, self._park), written out.
+            turns = self._turns
+            while (consumer := turns.current()) is not None:
+                if consumer.has_capacity():
+                    turns.served(consumer)
+                    return consumer
+                self._park(consumer)
+            return None
         if self._sac_previous is not None:
             if self._sac_previous.unacked:
                 return None  # its settling schedules a dispatch (Channel._release)
@@ -90,7 +97,3 @@ class ConsumerChoice:
         channel = consumer.channel
         if not channel.can_deliver():
             channel.parked[consumer] = None
-
-
-# Looked up on each call, so a test can count has_capacity calls by patching Consumer.
-_has_capacity: Callable[[Consumer], bool] = methodcaller("has_capacity")

@@ -85,7 +85,7 @@ def on_publish_frames(session: Session, frames: PublishFrames) -> None:
         and channel.assembler.accepts_whole(frames.header.body_size)
     ):
         session.is_publisher = True
-        channel.publish_whole(frames.method, frames.header, frames.body)
+        channel.publish_whole(frames.args, frames.header, frames.body)
         return
     for frame in frames.expand():
         on_frame(session, frame)

@@ -36,7 +36,7 @@ from pamqp import commands
 from kanin.amqp import constants as C
 from kanin.amqp.assembler import AssemblyLimit
 from kanin.amqp.errors import AMQPError, ConnectionError_
-from kanin.amqp.frames import FrameReader, MethodFrame, PublishFrames
+from kanin.amqp.frames import FrameReader, MethodFrame, PublishFrames, byte_count
 from kanin.amqp.methods import build, close_for, encode_heartbeat, encode_method
 from kanin.core.bugs import log_bug
 from kanin.core.channel import Channel
@@ -319,7 +319,7 @@ class Session:
     def send_parts(self, parts: list[bytes]) -> None:
         if self.state is State.CLOSED:
             return
-        size = sum(map(len, parts))
+        size = byte_count(parts)
         if self._gates.shut:
             self._gates.hold(parts, size)
             return
@@ -354,7 +354,7 @@ class Session:
         if free is None:
             return  # an earlier gate is still shut
         self._out.extend(free)
-        self._out_bytes += sum(map(len, free))
+        self._out_bytes += byte_count(free)
         if failed is not None:
             # The -ok that opened the failed gate must not go out, nor anything after it
             # (fail drops every gate): RabbitMQ answers an internal failure with 541.
