@@ -3,6 +3,7 @@
     python bench/javagen.py                  # ~10 minutes; writes bench/results/javagen.{md,json}
     python bench/javagen.py --kanin-perf     # ~20 minutes: kanin perf on the same points too
     python bench/javagen.py --reps 1 --duration 3 --only ac   # does it all work?
+    python bench/javagen.py --compiled       # the kanin broker from its compiled build
 
 A load generator's own pacing shifts the figures, so compare.py's points are measured here
 again with bench/java/KaninPerf.java, a small generator on RabbitMQ's Java client (Debian's
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import compare
+import compiled
 import durability
 import harness
 from compare_report import latency_table, problems, throughput_table
@@ -72,6 +74,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kanin-perf", action="store_true", help="run kanin perf on each point too")
     p.add_argument("--rabbitmq-uri", default="amqp://guest:guest@127.0.0.1:5672/%2F")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    compiled.add_option(p)
     args = p.parse_args()
     if set(args.only) - set(POINTS):
         p.error(f"--only takes letters from {POINTS}, got {args.only!r}")
@@ -297,6 +300,7 @@ def render(results: dict[str, Any]) -> str:
     lines = ["# kanin and RabbitMQ under an independent Java load generator", ""]
     lines += [run_line(results, "javagen"), ""]
     lines += [
+        f"The kanin broker ran {env.get('kanin_build', 'pure Python')}. "
         f"Load generator: bench/java/KaninPerf.java on RabbitMQ's Java client "
         f"({env.get('java_client', '?')}, {env.get('java', '?')}), one connection per "
         "producer and per consumer, all in one JVM that is started afresh for every point "
@@ -414,6 +418,9 @@ def main() -> int:
     try:
         env = durability.environment(work)
         env["kanin_source_digest"] = harness.snapshot_source(ROOT, work)
+        env["kanin_build"] = "pure Python"
+        if args.compiled:
+            env |= compiled.use_for_every_broker(work, work / "src")
         env |= {"java": java_version(), "started_rabbitmq": started_rabbitmq}
         results["environment"] = env
         print(f"environment: {env}", flush=True)
