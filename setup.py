@@ -65,6 +65,8 @@ COMPILED = [
     "src/kanin/core/exchanges/topic.py",
     "src/kanin/core/exchanges/headers.py",
     "src/kanin/core/exchanges/routing.py",
+    "src/kanin/core/exchanges/dedup.py",
+    "src/kanin/core/dedup_cache.py",
     "src/kanin/core/commit_rounds.py",
     "src/kanin/store/records.py",
     "src/kanin/store/committer.py",
