@@ -31,7 +31,8 @@ class ConsumerChoice:
 
     @property
     def examined(self) -> int:
-        """Consumers asked whether they can take a message, so far: tests bound it."""
+        """Consumers asked whether they can take a message, so far, when consumers take
+        turns (a single active consumer's own checks are not counted): tests bound it."""
         return self._turns.examined
 
     @property
