@@ -5,10 +5,9 @@ message, so all are full; then, round after round, one of them (picked at random
 one message is published, which must go to that consumer, the only one with room. The
 work is counted as the consumers asked whether they have capacity (the queue's
 ConsumerChoice counts each Consumer.has_capacity call of consumers taking turns, as
-here). Scanning every consumer
-per delivery asks 10,000 times per message; the queue may ask each full consumer once and
-then leave it aside until it acks, so over all deliveries the asking stays within a few
-per message.
+here). Scanning every consumer per delivery asks 10,000 times per message; the queue may
+ask each full consumer once and then leave it aside until it acks, so over all
+deliveries the asking stays within a few per message.
 """
 
 from __future__ import annotations
