@@ -68,6 +68,7 @@ COMPILED = [
     "src/kanin/core/exchanges/dedup.py",
     "src/kanin/core/dedup_cache.py",
     "src/kanin/core/commit_rounds.py",
+    "src/kanin/store/api.py",
     "src/kanin/store/records.py",
     "src/kanin/store/committer.py",
     "src/kanin/store/file_store.py",

@@ -39,7 +39,7 @@ def _publish_payload(exchange: str, routing_key: str, mandatory: bool) -> bytes:
 
 def test_a_publish_decoded_in_place_is_the_publish_decoded_from_a_copy() -> None:
     payload = _publish_payload("ex", "key.1", True)
-    buffer = bytearray(b"before" + payload + b"after")
+    buffer = b"before" + payload + b"after"
     method = decode_publish_at(buffer, 6, 6 + len(payload))
     copied = decode_method(payload)
     fields = ("exchange", "routing_key", "mandatory", "immediate")
@@ -52,7 +52,7 @@ def test_a_publish_decoded_in_place_is_the_publish_decoded_from_a_copy() -> None
 def test_a_publish_whose_strings_run_past_its_end_is_refused_in_place_and_copied(cut: int) -> None:
     payload = _publish_payload("ex", "key.1", False)
     short = payload[:-cut]
-    buffer = bytearray(short + payload)  # more bytes follow, as in a read buffer
+    buffer = short + payload  # more bytes follow, as in a read buffer
     with pytest.raises(ValueError):
         decode_publish_at(buffer, 0, len(short))
     with pytest.raises(ConnectionError_) as refused:

@@ -25,6 +25,9 @@ from kanin.amqp.properties import decode_properties as decode_properties
 
 _FRAME_HEAD: Final = struct.Struct(">BHI")
 _HEADER_FIXED: Final = struct.Struct(">HHQ")
+# A content header frame's head and fixed fields in one unpack: type, channel, size,
+# class id, weight, body size.
+_HEADER_FRAME_HEAD: Final = struct.Struct(">BHIHHQ")
 
 
 class MethodFrame:
@@ -124,12 +127,22 @@ def frame_error(text: str) -> AMQPError:
 
 
 class FrameReader:
-    """Splits a byte stream into frames no larger than `frame_max` (0 = no limit)."""
+    """Splits a byte stream into frames no larger than `frame_max` (0 = no limit).
+
+    What has been read and not parsed yet is kept as `bytes` (`_data` from `_at` on), not
+    in a bytearray: compiled, indexing and slicing bytes are native operations and a
+    bytearray's are generic calls, on the path every publish takes. Bytes that cannot yet
+    make a whole frame wait in `_partial`, a bytearray (appending to it costs no copy of
+    what is there, so a peer sending a large frame a byte at a time costs linear time);
+    they become bytes once the first frame in them is whole.
+    """
 
     def __init__(self, frame_max: int, whole_publishes: bool = False) -> None:
         self.frame_max = frame_max
         self.whole_publishes = whole_publishes  # yield PublishFrames where possible
-        self._buffer = bytearray()
+        self._data = b""
+        self._at = 0
+        self._partial = bytearray()
 
     def feed(self, data: bytes) -> list[Frame]:
         """Every frame `data` completes, as a list (an error loses the frames before it)."""
@@ -138,43 +151,81 @@ class FrameReader:
     @property
     def buffered(self) -> int:
         """Bytes read but not yet parsed into frames."""
-        return len(self._buffer)
+        return len(self._data) - self._at + len(self._partial)
 
     def append(self, data: bytes) -> None:
         """Buffer `data` to be parsed by a later `frames` call."""
-        self._buffer += data
+        if not data:
+            return
+        if self._at < len(self._data):  # unparsed bytes go first
+            self._partial += self._data[self._at :]
+        elif not self._partial:
+            self._data, self._at = bytes(data), 0
+            return
+        self._data, self._at = b"", 0
+        self._partial += data
+
+    def _first_frame_ready(self) -> bool:
+        """Whether `_partial` holds a whole first frame, or a header that must be refused
+        (too large): then it becomes `_data`."""
+        partial = self._partial
+        if len(partial) < C.FRAME_HEADER_SIZE:
+            return False
+        head: tuple[int, int, int] = _FRAME_HEAD.unpack_from(partial, 0)
+        size = head[2]
+        if len(partial) <= C.FRAME_HEADER_SIZE + size and not (
+            self.frame_max and size > self.frame_max
+        ):
+            return False
+        self._data, self._at = bytes(partial), 0
+        partial.clear()
+        return True
 
     def frames(self, data: bytes = b"", limit: int = 0) -> Generator[Frame, None, None]:
         """The frames `data` completes, one at a time; at most `limit` of them (0 = all).
 
         The caller acts on each frame before the next is parsed, so the frames that
         precede a malformed one in the same read still take effect, as in RabbitMQ.
-        Frames left over by `limit` stay buffered for the next call.
+        Frames left over by `limit` stay buffered for the next call. Nothing may be
+        appended while a generator from here is open.
         """
-        buffer = self._buffer
-        buffer += data
-        offset = 0
+        self.append(data)
+        if self._partial and not self._first_frame_ready():
+            return
+        buffer = self._data
+        offset = self._at
         end = len(buffer)
         remaining = limit or -1
+        frame_max = self.frame_max
+        incomplete = False  # stopped at a frame not all here yet
         try:
-            while remaining and end - offset >= C.FRAME_HEADER_SIZE:
-                frame_type, channel, size = _FRAME_HEAD.unpack_from(buffer, offset)
+            while remaining:
+                if end - offset < C.FRAME_HEADER_SIZE:
+                    incomplete = True
+                    break
+                head: tuple[int, int, int] = _FRAME_HEAD.unpack_from(buffer, offset)
+                frame_type, channel, size = head
                 # Checked from the header alone, so a huge announced size is refused at once.
                 # As in RabbitMQ, a payload of up to frame_max is tolerated inbound.
-                if self.frame_max and size > self.frame_max:
+                if frame_max and size > frame_max:
                     raise frame_error(
                         f"type {frame_type}, all octets = <<>>: "
-                        f"{{frame_too_large,{size},{self.frame_max - C.FRAME_OVERHEAD}}}"
+                        f"{{frame_too_large,{size},{frame_max - C.FRAME_OVERHEAD}}}"
                     )
-                frame_end = offset + C.FRAME_HEADER_SIZE + size
+                payload_at = offset + C.FRAME_HEADER_SIZE
+                frame_end = payload_at + size
                 if frame_end >= end:
+                    incomplete = True
                     break
                 if (
-                    self.whole_publishes
-                    and frame_type == C.FRAME_METHOD
+                    frame_type == C.FRAME_METHOD
+                    and self.whole_publishes
                     and (remaining >= 3 or remaining < 0)
-                    and buffer[offset + C.FRAME_HEADER_SIZE : offset + C.FRAME_HEADER_SIZE + 4]
-                    == _PUBLISH_ID
+                    and size >= 4
+                    and buffer[payload_at + 3] == _PUBLISH_METHOD
+                    and buffer[payload_at + 1] == C.BASIC_CLASS_ID
+                    and buffer[payload_at] == 0
+                    and buffer[payload_at + 2] == 0
                 ):
                     whole = self._whole_publish(buffer, offset, frame_end, channel)
                     if whole is not None:
@@ -182,7 +233,7 @@ class FrameReader:
                         remaining -= 3
                         yield publish
                         continue
-                payload = bytes(buffer[offset + C.FRAME_HEADER_SIZE : frame_end])
+                payload = buffer[payload_at:frame_end]
                 if buffer[frame_end] != C.FRAME_END:
                     raise frame_error(
                         f"type {frame_type}, all octets = {erlang_binary(payload)}: "
@@ -193,22 +244,32 @@ class FrameReader:
                 remaining -= 1
                 yield frame
         finally:
-            if offset:
-                del buffer[:offset]
+            if offset < end and incomplete:
+                # Wait in _partial, rather than keep the whole read alive for them.
+                self._partial += buffer[offset:]
+                offset = end
+            if offset >= end:
+                self._data, self._at = b"", 0
+            else:
+                self._at = offset
 
     def _whole_publish(
-        self, buffer: bytearray, offset: int, method_end: int, channel: int
+        self, buffer: bytes, offset: int, method_end: int, channel: int
     ) -> tuple[PublishFrames, int] | None:
         """The publish at `offset` with its header and body, if all are here and sound;
         else None, and the frame-by-frame path deals with them (and their errors).
-        Written out in one function: this runs for every publish."""
+        Written out in one function, with the struct fields typed (so compiled, they are
+        compared as machine integers): this runs for every publish."""
         end = len(buffer)
         if buffer[method_end] != C.FRAME_END:
             return None
         header_at = method_end + 1
-        if end - header_at < C.FRAME_HEADER_SIZE:
+        if end - header_at < _HEADER_FRAME_HEAD.size:
             return None
-        found_type, found_channel, header_size = _FRAME_HEAD.unpack_from(buffer, header_at)
+        head: tuple[int, int, int, int, int, int] = _HEADER_FRAME_HEAD.unpack_from(
+            buffer, header_at
+        )
+        found_type, found_channel, header_size, class_id, _weight, body_size = head
         header_end = header_at + C.FRAME_HEADER_SIZE + header_size
         frame_max = self.frame_max
         if (
@@ -218,19 +279,16 @@ class FrameReader:
             or (frame_max and header_size > frame_max)
             or header_end >= end
             or buffer[header_end] != C.FRAME_END
+            or class_id != C.BASIC_CLASS_ID
         ):
-            return None
-        class_id, _weight, body_size = _HEADER_FIXED.unpack_from(
-            buffer, header_at + C.FRAME_HEADER_SIZE
-        )
-        if class_id != C.BASIC_CLASS_ID:
             return None
         body = b""
         next_offset = header_end + 1
         if body_size:  # in one frame, complete: else not all here yet, or in several frames
             if end - next_offset < C.FRAME_HEADER_SIZE:
                 return None
-            found_type, found_channel, size = _FRAME_HEAD.unpack_from(buffer, next_offset)
+            body_head: tuple[int, int, int] = _FRAME_HEAD.unpack_from(buffer, next_offset)
+            found_type, found_channel, size = body_head
             body_end = next_offset + C.FRAME_HEADER_SIZE + size
             if (
                 found_type != C.FRAME_BODY
@@ -241,22 +299,21 @@ class FrameReader:
                 or buffer[body_end] != C.FRAME_END
             ):
                 return None
-            body = bytes(buffer[next_offset + C.FRAME_HEADER_SIZE : body_end])
+            body = buffer[next_offset + C.FRAME_HEADER_SIZE : body_end]
             next_offset = body_end + 1
         try:
             args = methods.decode_publish_at(buffer, offset + C.FRAME_HEADER_SIZE, method_end)
         except ValueError:
             return None  # decoded again frame by frame, which says what is wrong
         header_frame = HeaderFrame(
-            channel,
-            class_id,
-            body_size,
-            bytes(buffer[header_at + C.FRAME_HEADER_SIZE : header_end]),
+            channel, class_id, body_size, buffer[header_at + C.FRAME_HEADER_SIZE : header_end]
         )
         return PublishFrames(channel, args, header_frame, body), next_offset
 
 
-_PUBLISH_ID: Final = methods.PUBLISH_INDEX.to_bytes(4, "big")
+# basic.publish's method id (class 60, method 40), as the frame-reading loop tests it.
+_PUBLISH_METHOD: Final = methods.PUBLISH_INDEX & 0xFF
+assert methods.PUBLISH_INDEX == (C.BASIC_CLASS_ID << 16) | _PUBLISH_METHOD
 
 
 def unexpected_frame(frame_type: int, payload: bytes) -> AMQPError:

@@ -176,7 +176,7 @@ class PublishArgs:
         return method
 
 
-def decode_publish_at(data: bytes | bytearray, start: int, end: int) -> PublishArgs:
+def decode_publish_at(data: bytes, start: int, end: int) -> PublishArgs:
     """basic.publish from its arguments in data[start:end] (a method frame's payload),
     read in place: a publish arriving whole is decoded without a copy of its payload.
     ValueError if they are malformed."""

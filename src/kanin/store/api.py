@@ -160,38 +160,73 @@ class CommitRounds(Protocol):
     def after_commit(self, waiter: Waiter) -> None: ...
 
 
-@dataclass(slots=True)
 class StreamRecord:
-    """One message of a stream, read back. Not frozen: one is made per message appended
-    and per message read, and a frozen dataclass's __init__ costs three times as much."""
+    """One message of a stream, read back. A plain class, not a dataclass: one is made
+    per message appended and per message read, and compiled, a dataclass's __init__ is
+    still the interpreted one the dataclass decorator wrote."""
 
-    offset: int
-    timestamp_ms: int  # when it was appended, UNIX ms
-    exchange: str
-    routing_key: str
-    header: bytes  # the encoded content header, as stored
-    body: bytes
+    __slots__ = ("body", "exchange", "header", "offset", "routing_key", "timestamp_ms")
+
+    def __init__(
+        self,
+        offset: int,
+        timestamp_ms: int,  # when it was appended, UNIX ms
+        exchange: str,
+        routing_key: str,
+        header: bytes,  # the encoded content header, as stored
+        body: bytes,
+    ) -> None:
+        self.offset = offset
+        self.timestamp_ms = timestamp_ms
+        self.exchange = exchange
+        self.routing_key = routing_key
+        self.header = header
+        self.body = body
+
+    def __eq__(self, other: object) -> bool:  # (so unhashable, as the dataclass it was)
+        if not isinstance(other, StreamRecord):
+            return NotImplemented
+        return (
+            self.offset == other.offset
+            and self.timestamp_ms == other.timestamp_ms
+            and self.exchange == other.exchange
+            and self.routing_key == other.routing_key
+            and self.header == other.header
+            and self.body == other.body
+        )
+
+    def __repr__(self) -> str:
+        return f"StreamRecord(offset={self.offset}, {len(self.body)} bytes)"
 
 
-class StreamLog(Protocol):
+class StreamLog:
     """One stream's append-only log, as its queue (core/queues/stream.py) uses it; the
-    file implementation (store/stream_log.py) says how it works."""
+    file implementation (store/stream_log.py, a subclass) says how it works.
+
+    A base class, not a Protocol: compiled, the queue's calls through it (one append
+    per message) are direct calls to the subclass's compiled methods, where a Protocol's
+    would be looked up by name and their arguments passed as Python objects."""
 
     next_offset: int  # the offset the next append gets
     committed_offset: int  # every offset below it is on disk; readers see no further
 
     @property
-    def first_offset(self) -> int: ...
+    def first_offset(self) -> int:
+        raise NotImplementedError
 
     def append(
         self, exchange: str, routing_key: str, header: bytes, body: bytes, timestamp_ms: int
-    ) -> int: ...
+    ) -> int:
+        raise NotImplementedError
 
-    def pending_round(self) -> int: ...
+    def pending_round(self) -> int:
+        raise NotImplementedError
 
-    def after_commit(self, waiter: Waiter) -> None: ...
+    def after_commit(self, waiter: Waiter) -> None:
+        raise NotImplementedError
 
-    def on_committed(self, callback: Callable[[], None]) -> None: ...
+    def on_committed(self, callback: Callable[[], None]) -> None:
+        raise NotImplementedError
 
     def read_later(
         self,
@@ -199,15 +234,17 @@ class StreamLog(Protocol):
         max_records: int,
         max_bytes: int,
         done: Callable[[list[StreamRecord]], None],
-    ) -> None: ...
+    ) -> None:
+        raise NotImplementedError
 
-    def offset_for_timestamp(self, timestamp_ms: int) -> int: ...
+    def offset_for_timestamp(self, timestamp_ms: int) -> int:
+        raise NotImplementedError
 
-    def size_bytes(self) -> int: ...
+    def size_bytes(self) -> int:
+        raise NotImplementedError
 
-    def apply_retention(
-        self, max_bytes: int | None, max_age_ms: int | None, now_ms: int
-    ) -> int: ...
+    def apply_retention(self, max_bytes: int | None, max_age_ms: int | None, now_ms: int) -> int:
+        raise NotImplementedError
 
 
 class StreamLogs(Protocol):

@@ -11,7 +11,7 @@ is copied once, into the round's chunk. Pure: no I/O.
 
 from __future__ import annotations
 
-import zlib
+from zlib import crc32
 
 from kanin.store.records import ENQUEUE, ENQUEUE_FIELDS, PREFIX
 
@@ -70,7 +70,10 @@ class PendingRecords:
         if not runs or runs[-1].segment != segment:
             runs.append(_Run(segment, offset))
         run = runs[-1]
-        run.parts += (PREFIX.pack(length, zlib.crc32(body, zlib.crc32(head))), head, body)
+        parts = run.parts
+        parts.append(PREFIX.pack(length, crc32(body, crc32(head))))
+        parts.append(head)
+        parts.append(body)
         run.count += 1
         return PREFIX.size + length
 

@@ -156,7 +156,10 @@ class TailCache:
 
     def __init__(self, budget: int, first: int = 0) -> None:
         self._budget = budget
-        self._entries: list[tuple[int, StreamRecord] | None] = []  # (encoded size, record)
+        # The records, and apart (not as pairs, which would be one more object per message
+        # for the cyclic GC to walk while it is cached) their sizes encoded.
+        self._entries: list[StreamRecord | None] = []
+        self._sizes: list[int] = []
         self._head = 0  # entries before it are evicted (the list is cut now and then)
         self.first = first  # the offset of entries[_head]
         self._committed = first  # entries below this offset are on disk
@@ -167,13 +170,14 @@ class TailCache:
 
     def reset(self, first: int) -> None:
         """Empty, the next record appended being `first` (after recovery)."""
-        self._entries, self._head = [], 0
+        self._entries, self._sizes, self._head = [], [], 0
         self.first = self._committed = first
         self._committed_bytes = 0
 
     def add(self, record: StreamRecord, size: int) -> None:
         assert record.offset == self.first + len(self), (record.offset, self.first, len(self))
-        self._entries.append((size, record))
+        self._entries.append(record)
+        self._sizes.append(size)
 
     def commit(self, offset: int) -> tuple[int, StreamRecord]:
         """The record at `offset` is on disk; those between the last committed and it are
@@ -183,9 +187,10 @@ class TailCache:
             entries[base + lost] = None
         entry = entries[base + offset]
         assert entry is not None, offset
+        size = self._sizes[base + offset]
         self._committed = offset + 1
-        self._committed_bytes += entry[0] + ENTRY_OVERHEAD_BYTES
-        return entry
+        self._committed_bytes += size + ENTRY_OVERHEAD_BYTES
+        return size, entry
 
     def lose(self, offset: int) -> None:
         """The record at `offset` will never be on disk (its commit round failed): forget
@@ -196,15 +201,15 @@ class TailCache:
 
     def evict(self) -> None:
         """Drop committed records, oldest first, until the committed ones fit the budget."""
-        entries, head = self._entries, self._head
+        entries, sizes, head = self._entries, self._sizes, self._head
         while self._committed_bytes > self._budget and self.first < self._committed:
-            entry = entries[head]
-            if entry is not None:
-                self._committed_bytes -= entry[0] + ENTRY_OVERHEAD_BYTES
+            if entries[head] is not None:
+                self._committed_bytes -= sizes[head] + ENTRY_OVERHEAD_BYTES
             head += 1
             self.first += 1
         if head > 4096 and head * 2 > len(entries):
             del entries[:head]  # amortised: each slot is moved at most once
+            del sizes[:head]
             head = 0
         self._head = head
 
@@ -223,11 +228,11 @@ class TailCache:
             index += 1
             if entry is None:
                 continue
-            size = len(entry[1].body)
+            size = len(entry.body)
             if size > budget and found:
                 break
             budget -= size
-            found.append(entry[1])
+            found.append(entry)
         return found
 
     def pending_offset_for_timestamp(self, timestamp_ms: int) -> int | None:
@@ -235,8 +240,8 @@ class TailCache:
         entries = self._entries
         for index in range(self._head + self._committed - self.first, len(entries)):
             entry = entries[index]
-            if entry is not None and entry[1].timestamp_ms >= timestamp_ms:
-                return entry[1].offset
+            if entry is not None and entry.timestamp_ms >= timestamp_ms:
+                return entry.offset
         return None
 
     def exact_offset_for_timestamp(self, start: int, timestamp_ms: int) -> int | None:
@@ -245,6 +250,6 @@ class TailCache:
         entries, base = self._entries, self._head - self.first
         for index in range(base + start, base + self._committed):
             entry = entries[index]
-            if entry is not None and entry[1].timestamp_ms >= timestamp_ms:
-                return entry[1].offset
+            if entry is not None and entry.timestamp_ms >= timestamp_ms:
+                return entry.offset
         return None

@@ -59,7 +59,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kanin.store import records
+from kanin.store import api, records
 from kanin.store.api import StreamRecord
 from kanin.store.committer import GroupCommitter, Landed, Waiter
 from kanin.store.segments import SegmentLog
@@ -82,7 +82,7 @@ SPANS_PER_READ = 8
 READ_CURSORS = 256
 
 
-class StreamLog:
+class StreamLog(api.StreamLog):
     def __init__(
         self,
         directory: Path,

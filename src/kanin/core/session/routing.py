@@ -14,7 +14,7 @@ Rules of this file:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pamqp import commands
 
@@ -35,6 +35,18 @@ from kanin.core.session.state import State
 if TYPE_CHECKING:
     from kanin.core.session.session import Session
 
+# The states checked for every frame, as Final names: compiled, these are read as C
+# statics, where `State.OPEN` is a lookup on the enum class costing hundreds of
+# instructions each time (session.py takes them from here too).
+OPEN: Final = State.OPEN
+CLOSING: Final = State.CLOSING
+CLOSED: Final = State.CLOSED
+# The method classes every method frame is checked against, for the same reason.
+_PUBLISH: Final = commands.Basic.Publish
+_CHANNEL_OPEN: Final = commands.Channel.Open
+_CHANNEL_CLOSE: Final = commands.Channel.Close
+_CHANNEL_CLOSE_OK: Final = commands.Channel.CloseOk
+
 
 def on_frame(session: Session, frame: Frame) -> None:
     if isinstance(frame, PublishFrames):
@@ -42,10 +54,10 @@ def on_frame(session: Session, frame: Frame) -> None:
         return
     if isinstance(frame, HeartbeatFrame):
         return
-    if session.state is State.CLOSING:
+    if session.state is CLOSING:
         session.frame_while_closing(frame)
         return
-    if session.state is not State.OPEN:
+    if session.state is not OPEN:
         if not isinstance(frame, MethodFrame) or frame.channel != 0:
             raise ConnectionError_(
                 C.UNEXPECTED_FRAME, "expected a connection method during the handshake"
@@ -57,7 +69,7 @@ def on_frame(session: Session, frame: Frame) -> None:
         return
     channel = session.channels.get(frame.channel)
     if isinstance(frame, MethodFrame):
-        if frame.method.__class__ is commands.Basic.Publish:
+        if frame.method.__class__ is _PUBLISH:
             session.is_publisher = True
         _on_channel_method(session, frame.channel, channel, frame.method)
     elif channel is None:
@@ -79,7 +91,7 @@ def on_publish_frames(session: Session, frames: PublishFrames) -> None:
     (the usual case); otherwise frame by frame, so every error is the usual one."""
     channel = session.channels.get(frames.channel)
     if (
-        session.state is State.OPEN
+        session.state is OPEN
         and channel is not None
         and not channel.closing
         and channel.assembler.accepts_whole(frames.header.body_size)
@@ -110,7 +122,7 @@ def _on_channel_zero(session: Session, frame: MethodFrame | HeaderFrame | BodyFr
 
 
 def _on_channel_method(session: Session, number: int, channel: Channel | None, method: Any) -> None:
-    if isinstance(method, commands.Channel.Open):
+    if isinstance(method, _CHANNEL_OPEN):
         _open_channel(session, number, channel)
         return
     if channel is None:
@@ -121,12 +133,12 @@ def _on_channel_method(session: Session, number: int, channel: Channel | None, m
         _on_method_while_closing(session, number, method)
         return
     channel.assembler.expect_method()  # a method in the middle of a message is 505
-    if isinstance(method, commands.Channel.Close):
+    if isinstance(method, _CHANNEL_CLOSE):
         channel.shutdown()
         del session.channels[number]
         session.send(encode_method(number, build(commands.Channel.CloseOk)))
         return
-    if isinstance(method, commands.Channel.CloseOk):
+    if isinstance(method, _CHANNEL_CLOSE_OK):
         return  # close-ok for a close we never sent: nothing to do
     try:
         channel.handle_method(method)
@@ -140,9 +152,9 @@ def _on_method_while_closing(session: Session, number: int, method: Any) -> None
     A channel.close that crossed ours gets close-ok, yet the number stays taken (a
     channel.open on it is still 504) until the peer's close-ok for our close arrives.
     """
-    if isinstance(method, commands.Channel.CloseOk):
+    if isinstance(method, _CHANNEL_CLOSE_OK):
         del session.channels[number]
-    elif isinstance(method, commands.Channel.Close):
+    elif isinstance(method, _CHANNEL_CLOSE):
         session.send(encode_method(number, build(commands.Channel.CloseOk)))
 
 

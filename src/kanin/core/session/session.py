@@ -45,7 +45,7 @@ from kanin.core.session import handshake
 from kanin.core.session.gates import Gate, Gates
 from kanin.core.session.heartbeat import Heartbeat
 from kanin.core.session.opening import Opening
-from kanin.core.session.routing import on_frame, on_publish_frames
+from kanin.core.session.routing import CLOSED, on_frame, on_publish_frames
 from kanin.core.session.state import State
 from kanin.core.session.transport import SessionTransport
 
@@ -175,7 +175,7 @@ class Session:
                         on_publish_frames(self, frame)  # the usual frame, one call fewer
                     else:
                         on_frame(self, frame)
-                    if self.state is State.CLOSED:
+                    if self.state is CLOSED:
                         return
                     if not self.writable or self._input_holds:
                         break  # the rest waits until what we wrote has gone out, or an answer
@@ -218,7 +218,7 @@ class Session:
     def _update_reading(self) -> None:
         """Read the socket unless an alarm blocks us, a backlog is still unparsed, or the
         peer is not reading what we write."""
-        if self.state is State.CLOSED:
+        if self.state is CLOSED:
             return
         want = not (self.blocked or self._backlogged or not self._writable)
         if want != self._reading:
@@ -229,14 +229,14 @@ class Session:
                 self.transport.pause_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self.state is not State.CLOSED:
+        if self.state is not CLOSED:
             # Neither side closed it the AMQP way (a close we sent may be unanswered).
             log.info(
                 "closing AMQP connection %s%s: client unexpectedly closed TCP connection",
                 self.name,
                 self._who(),
             )
-        self.state = State.CLOSED
+        self.state = CLOSED
         self._registry.discard(self)
         for timer in self._timers:
             timer.cancel()
@@ -255,7 +255,7 @@ class Session:
 
     def on_alarm(self, alarm: bool, reason: str) -> None:
         """Block a publishing connection while an alarm lasts: stop reading from it."""
-        if self.state is State.CLOSED or not self.is_publisher:
+        if self.state is CLOSED or not self.is_publisher:
             return
         if alarm == self.blocked:
             return
@@ -303,7 +303,7 @@ class Session:
 
     @property
     def closed(self) -> bool:
-        return self.state is State.CLOSED
+        return self.state is CLOSED
 
     @property
     def writable(self) -> bool:
@@ -317,7 +317,7 @@ class Session:
         self.send_parts([data])
 
     def send_parts(self, parts: list[bytes]) -> None:
-        if self.state is State.CLOSED:
+        if self.state is CLOSED:
             return
         size = byte_count(parts)
         if self._gates.shut:
@@ -331,7 +331,7 @@ class Session:
 
     def hold_until_saved(self) -> None:
         keeper = self.broker.definitions
-        if keeper is None or self.state is State.CLOSED:
+        if keeper is None or self.state is CLOSED:
             return
         gate = Gate()
         if keeper.when_saved(functools.partial(self._gate_done, gate)):
@@ -378,7 +378,7 @@ class Session:
             dirty, self._dirty_channels = self._dirty_channels, {}
             for channel in dirty.values():
                 channel.flush()
-        if self._out and self.state is not State.CLOSED:
+        if self._out and self.state is not CLOSED:
             data = b"".join(self._out)
             self._out.clear()
             was_full = self._out_bytes >= WRITE_BUFFER_HIGH
@@ -419,7 +419,7 @@ class Session:
             self._who(),
             self.heartbeat_s,
         )
-        self.state = State.CLOSED
+        self.state = CLOSED
         self.transport.abort()
 
     # -- closing ---------------------------------------------------------------------------
@@ -429,7 +429,7 @@ class Session:
         self._shutdown_channels()
         self.send(encode_method(0, build(commands.Connection.CloseOk)))
         self._flush()
-        self.state = State.CLOSED
+        self.state = CLOSED
         self.transport.close()
 
     def frame_while_closing(self, frame: Any) -> None:
@@ -439,12 +439,12 @@ class Session:
             if isinstance(frame.method, commands.Connection.Close):
                 self.send(encode_method(0, build(commands.Connection.CloseOk)))
                 self._flush()
-            self.state = State.CLOSED
+            self.state = CLOSED
             self.transport.close()
 
     def fail(self, exc: AMQPError) -> None:
         """A connection error: send connection.close and wait (bounded) for close-ok."""
-        if self.state in (State.CLOSING, State.CLOSED):
+        if self.state in (State.CLOSING, CLOSED):
             return
         log.info(
             "closing AMQP connection %s%s: %d %s",
@@ -474,17 +474,17 @@ class Session:
 
     def _drop(self) -> None:
         """Close the socket with no connection.close (handshake refusals)."""
-        self.state = State.CLOSED
+        self.state = CLOSED
         self.transport.close()
 
     def _abort(self) -> None:
-        if self.state is not State.CLOSED:
+        if self.state is not CLOSED:
             self.abort()
 
     def abort(self) -> None:
         """Drop the connection now, whatever state it is in (the broker's last word at
         shutdown to peers that did not answer connection.close)."""
-        self.state = State.CLOSED
+        self.state = CLOSED
         self.transport.abort()
 
     def _shutdown_channels(self) -> None:
