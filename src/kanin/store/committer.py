@@ -35,6 +35,7 @@ How this works (after LavinMQ's persister and the classic group-commit idea):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -70,6 +71,42 @@ class PreludeFailed(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(error)
         self.error = error
+
+
+class _Round:
+    """One commit round, from its start on the loop to its end there."""
+
+    __slots__ = (
+        "chunks",
+        "deletes",
+        "error",
+        "ids",
+        "offsets",
+        "prelude",
+        "sync",
+        "waiters",
+        "withdrawn",
+    )
+
+    def __init__(
+        self,
+        prelude: Prelude | None,
+        chunks: list[tuple[int, bytes]],
+        deletes: list[int],
+        sync: bool,
+        waiters: list[Waiter],
+        ids: list[int],
+        withdrawn: int,
+    ) -> None:
+        self.prelude = prelude
+        self.chunks = chunks
+        self.deletes = deletes
+        self.sync = sync
+        self.waiters = waiters
+        self.ids = ids
+        self.withdrawn = withdrawn
+        self.offsets: list[int] = []  # set on the worker thread, read on the loop after
+        self.error: BaseException | None = None
 
 
 class GroupCommitter:
@@ -191,12 +228,19 @@ class GroupCommitter:
         self._running = True
         self.rounds_started += 1
         self.pending_round = self.rounds_started + 1
-        future = self._loop.run_in_executor(
-            self._executor, self._write, prelude, chunks, deletes, sync
-        )
-        future.add_done_callback(
-            lambda done: self._finish_round(done, prelude, waiters, chunks, ids, withdrawn)
-        )
+        round_ = _Round(prelude, chunks, deletes, sync, waiters, ids, withdrawn)
+        self._executor.submit(self._run_round, round_)
+
+    def _run_round(self, round_: _Round) -> None:
+        """On the worker thread: write the round, then hand the outcome straight to the loop
+        (one wake-up and one loop turn; an asyncio future in between costs another turn,
+        which every confirm waits for)."""
+        try:
+            round_.offsets = self._write(round_.prelude, round_.chunks, round_.deletes, round_.sync)
+        except BaseException as exc:
+            round_.error = exc
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is left to tell
+            self._loop.call_soon_threadsafe(self._finish_round, round_)
 
     def _write(
         self,
@@ -215,19 +259,12 @@ class GroupCommitter:
             self._segments.delete(segment)
         return offsets
 
-    def _finish_round(
-        self,
-        done: asyncio.Future[list[int]],
-        prelude: Prelude | None,
-        waiters: list[Waiter],
-        chunks: list[tuple[int, bytes]],
-        ids: list[int],
-        withdrawn: int,
-    ) -> None:
+    def _finish_round(self, round_: _Round) -> None:
+        prelude, waiters, chunks, ids = round_.prelude, round_.waiters, round_.chunks, round_.ids
         self._running = False
         self.rounds += 1
-        self.records_committed += len(chunks) - withdrawn
-        error = done.exception()
+        self.records_committed += len(chunks) - round_.withdrawn
+        error = round_.error
         ok = error is None
         if prelude is not None:
             prelude.done(error.error if isinstance(error, PreludeFailed) else None)
@@ -247,7 +284,7 @@ class GroupCommitter:
                 if lost:
                     self.on_lost(lost)
         elif self.on_written is not None:
-            offsets = done.result()
+            offsets = round_.offsets
             landed = [
                 (message_id, chunks[i][0], offsets[i])
                 for i, message_id in enumerate(ids)
