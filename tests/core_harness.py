@@ -10,8 +10,8 @@ Import it like helpers (tests/ is on sys.path): `from core_harness import Core`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
 from pamqp import commands
 
@@ -21,11 +21,30 @@ from kanin.config import BrokerConfig
 from kanin.core.broker import Broker
 from kanin.core.channel import Channel
 from kanin.core.consumer import Consumer
+from kanin.core.dispatch import DispatchRing
 from kanin.core.message import Entry, Message
 from kanin.core.ports import ChannelServices
 from kanin.core.queues import Queue
 from kanin.testing.clock import FakeScheduler
 from paging_harness import CountingStore
+
+T = TypeVar("T", bound=Hashable)
+
+
+def take_turn(
+    ring: DispatchRing[T], can_take: Callable[[T], bool], set_aside: Callable[[T], None]
+) -> T | None:
+    """The member of `ring` whose turn it is among those that can take a message, asked
+    the way ConsumerChoice.pick asks the queue's ring: `current`, then `served` if it can
+    take one, else `disable` it, hand it to `set_aside` (whoever enables it again once it
+    can) and ask the next. None if no enabled member can."""
+    while (item := ring.current()) is not None:
+        if can_take(item):
+            ring.served(item)
+            return item
+        ring.disable(item)
+        set_aside(item)
+    return None
 
 
 class FakePort:

@@ -18,6 +18,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from core_harness import take_turn
 from kanin.core.dispatch import DispatchRing
 
 NAMES = st.sampled_from([f"m{n}" for n in range(8)])
@@ -89,7 +90,7 @@ class RingMachine(RuleBasedStateMachine):
     def choose(self) -> None:
         complete = all(m.enabled for n, m in self.members.items() if n not in self.full)
         skipped: list[str] = []
-        chosen = self.ring.choose(lambda name: name not in self.full, skipped.append)
+        chosen = take_turn(self.ring, lambda name: name not in self.full, skipped.append)
 
         expected_skipped = []
         expected = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from core_harness import take_turn
 from kanin.core.dispatch import DispatchRing
 
 
@@ -19,7 +20,7 @@ class Members:
             self.ring.add(name, priority)
 
     def choose(self) -> str | None:
-        return self.ring.choose(lambda name: name not in self.full, self.skipped.append)
+        return take_turn(self.ring, lambda name: name not in self.full, self.skipped.append)
 
     def turns(self, count: int) -> list[str | None]:
         return [self.choose() for _ in range(count)]

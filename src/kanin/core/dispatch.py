@@ -10,29 +10,29 @@ answers in O(1) amortised instead, the way RabbitMQ's rabbit_queue_consumers doe
   the order of their turns (an OrderedDict used as an ordered set: front, move to back and
   removal of any member are all O(1)). A sorted list holds the priorities whose ring is not
   empty, so the highest one is its last element.
-- `choose(can_take)` looks at the front of the highest priority's ring. A member that can
-  take the message goes to the back of its ring (it had its turn) and is returned. One that
-  cannot is *disabled*: taken off its ring, it stays a member but is not looked at again,
-  and the next front is tried.
+- `current()` is the front of the highest priority's ring. A member that can take the
+  message is `served`: it goes to the back of its ring (it had its turn). One that cannot
+  is *disabled*: taken off its ring, it stays a member but is not looked at again, and the
+  next front is asked (ConsumerChoice.pick in queues/consumers.py runs this loop).
 - A disabled member comes back with `enable`, at the back of its ring, once whatever
   stopped it has changed: its owner (the queue, told by the channel) calls it when the
   consumer gets room again (an ack, a raised limit, a socket that drains).
 
 So a member is looked at either to be chosen (once per delivery) or to be disabled, and it
-can only be disabled again after something enabled it: the work of `choose` is one look per
+can only be disabled again after something enabled it: the work of a choice is one look per
 delivery plus one per enable that happened meanwhile, whatever the number of members. A
 lower priority is reached only when every member of the higher ones is disabled, which is
 the rule: lower-priority consumers get messages only while all higher ones are full.
 
 The ring knows nothing of consumers, channels or messages (it is generic, and tested on its
-own); `examined` counts the members looked at by `choose`, for tests that bound the work.
+own); `examined` counts the members looked at by `current`, for tests that bound the work.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterator
+from collections.abc import Hashable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T", bound=Hashable)
@@ -95,22 +95,10 @@ class DispatchRing(Generic[T]):
         priority = self._priority.get(item)
         return priority is not None and self._disable(item, priority)
 
-    def choose(self, can_take: Callable[[T], bool], on_skip: Callable[[T], None]) -> T | None:
-        """The member whose turn it is among those that can take a message (it goes to the
-        back of its ring), or None. Each member found unable on the way is disabled and
-        passed to on_skip: the caller must enable it again once it can take messages."""
-        while (item := self.current()) is not None:
-            if can_take(item):
-                self.served(item)
-                return item
-            self.disable(item)
-            on_skip(item)
-        return None
-
     def current(self) -> T | None:
         """The enabled member whose turn it is (looked at: counted), or None. The caller
-        either serves it (`served`) or disables it, as `choose` does; written out by a
-        caller on the hot path, this saves choose's two calls through callables."""
+        either serves it (`served`) or, if it cannot take a message now, disables it and
+        enables it again once it can (ConsumerChoice.pick)."""
         live = self._live
         if not live:
             return None
@@ -134,7 +122,7 @@ class DispatchRing(Generic[T]):
             return False
         del ring[item]
         if not ring:
-            # An empty ring would be looked at (and found empty) on every choose.
+            # An empty ring would be looked at (and found empty) on every choice.
             del self._rings[priority]
             del self._live[bisect_left(self._live, priority)]
         return True

@@ -69,7 +69,8 @@ class ConsumerChoice:
         if not self._consumers:
             return None
         if not self._single_active:
-            # DispatchRing.choose(Consumer.has_capacity, self._park), written out.
+            # The ring's turn: the consumer whose turn it is serves, or is parked (its
+            # turns off until it has capacity again) and the next one is asked.
             turns = self._turns
             while (consumer := turns.current()) is not None:
                 if consumer.has_capacity():
