@@ -244,11 +244,10 @@ class FrameReader:
                 remaining -= 1
                 yield frame
         finally:
-            if offset < end and incomplete:
-                # Wait in _partial, rather than keep the whole read alive for them.
+            if incomplete:
+                # A frame not all here waits in _partial, rather than keep the read alive.
                 self._partial += buffer[offset:]
-                offset = end
-            if offset >= end:
+            if incomplete or offset >= end:
                 self._data, self._at = b"", 0
             else:
                 self._at = offset
