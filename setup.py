@@ -59,6 +59,7 @@ COMPILED = [
     "src/kanin/core/queue_args.py",
     "src/kanin/core/ready.py",
     "src/kanin/core/scheduling.py",
+    "src/kanin/server/scheduler.py",
     "src/kanin/core/exchanges/base.py",
     "src/kanin/core/exchanges/direct.py",
     "src/kanin/core/exchanges/fanout.py",

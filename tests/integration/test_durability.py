@@ -13,7 +13,7 @@ import pika
 import pytest
 from pika.adapters.blocking_connection import BlockingChannel
 
-from kanin.server.scheduler import LoopScheduler
+from kanin.server import scheduler
 from kanin.testing.embedded import EmbeddedBroker, running_broker
 
 pytestmark = pytest.mark.kanin_only
@@ -160,12 +160,12 @@ def test_recovered_messages_keep_their_expiry_and_priority(
             )
             channel.basic_publish("", "timed", body, properties)
         connection.close()
-    real_clock = LoopScheduler.wall_clock_ms
+    real_clock = scheduler.wall_clock_s
 
-    def later(self: LoopScheduler) -> int:  # two minutes after the messages were stored
-        return real_clock(self) + 120_000
+    def later() -> float:  # two minutes after the messages were stored
+        return real_clock() + 120.0
 
-    monkeypatch.setattr(LoopScheduler, "wall_clock_ms", later)
+    monkeypatch.setattr(scheduler, "wall_clock_s", later)
     with running_broker(data_dir=tmp_path) as broker:
         connection, channel = channel_of(broker)
         got = [channel.basic_get("timed", auto_ack=True)[2] for _ in range(2)]

@@ -14,6 +14,7 @@ from kanin.core.message import Entry, Message
 from kanin.core.queues import STORED, ClassicQueue
 from kanin.core.ready import FifoReady, PriorityReady
 from kanin.core.scheduling import Soon
+from kanin.server.scheduler import LoopScheduler
 from kanin.testing.faulty_disk import faulty_file_store
 
 
@@ -36,7 +37,7 @@ async def test_messages_of_a_failed_round_leave_the_queue_and_later_ones_stay(
     store, disk = faulty_file_store(tmp_path, loop)
     store.recover()
     memory = MemoryMonitor(2**40)
-    queue = ClassicQueue("q", "/", Soon(loop), memory, durable=True, store=store)
+    queue = ClassicQueue("q", "/", Soon(LoopScheduler(loop)), memory, durable=True, store=store)
     outcomes: list[bool] = []
 
     disk.fail_next_write()

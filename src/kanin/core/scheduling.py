@@ -53,8 +53,10 @@ class Soon:
 
     def __init__(self, scheduler: Scheduler) -> None:
         self._scheduler = scheduler
-        # The wrapped clock itself, not a method that calls it: TTL reads it per message.
+        # The wrapped clocks themselves, not methods that call them: TTL reads the one per
+        # message, a stream the other.
         self.time: Callable[[], float] = scheduler.time
+        self.wall_clock_ms: Callable[[], int] = scheduler.wall_clock_ms
         self._pending: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
         self._scheduled = False
 
@@ -69,9 +71,6 @@ class Soon:
 
     def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> Cancellable:
         return self._scheduler.call_later(delay, callback, *args)
-
-    def wall_clock_ms(self) -> int:
-        return self._scheduler.wall_clock_ms()
 
     def _on_turn(self) -> None:
         self._scheduled = False

@@ -1,5 +1,7 @@
 """The core's Scheduler on top of an asyncio loop: the loop's timers and monotonic clock,
-and the one wall-clock read the broker makes (the core has none of its own)."""
+and the one wall-clock read the broker makes (the core has none of its own).
+
+Compiled with mypyc: a stream reads the wall clock for every message appended."""
 
 from __future__ import annotations
 
@@ -7,6 +9,10 @@ import asyncio
 import time
 from collections.abc import Callable
 from typing import Any
+
+# The wall clock in UNIX seconds: a module attribute, looked up at each read, so that a
+# test can move it (the class is compiled and cannot be patched).
+wall_clock_s: Callable[[], float] = time.time
 
 
 class LoopScheduler:
@@ -29,4 +35,4 @@ class LoopScheduler:
         return self.loop.call_later(delay, callback, *args)
 
     def wall_clock_ms(self) -> int:
-        return int(time.time() * 1000)
+        return int(wall_clock_s() * 1000)
