@@ -64,18 +64,18 @@ class PendingRecords:
         fixed = ENQUEUE_FIELDS.pack(
             ENQUEUE, offset, 0, timestamp_ms, routing_at, routing_len, header_len, body_len, 0
         )
-        head = b"".join((fixed, names, header))
-        length = len(head) + len(body)
+        # One copy of the body here buys one checksum call and one part fewer per message
+        # (the body is copied again by take's join either way; the checksum reads it anyway).
+        record = b"".join((fixed, names, header, body))
         runs = self._runs
         if not runs or runs[-1].segment != segment:
             runs.append(_Run(segment, offset))
         run = runs[-1]
         parts = run.parts
-        parts.append(PREFIX.pack(length, crc32(body, crc32(head))))
-        parts.append(head)
-        parts.append(body)
+        parts.append(PREFIX.pack(len(record), crc32(record)))
+        parts.append(record)
         run.count += 1
-        return PREFIX.size + length
+        return PREFIX.size + len(record)
 
     def take(self) -> list[tuple[int, int, int, bytes]]:
         """Everything added since the last take, as (segment, first offset, record count,

@@ -139,11 +139,11 @@ class StreamQueue(Queue):
     def _settle(self, tickets: list[ConfirmTicket], ok: bool) -> None:
         # Each ledger asks its channel for one flush until it drains, however many of a
         # round's publishes it vouches for.
-        for ledger, seq in tickets:
+        for ticket in tickets:
             if ok:
-                ledger.vouch(seq, self)
+                ticket.ledger.vouch(ticket.seq, self)
             else:
-                ledger.refuse(seq)
+                ticket.ledger.refuse(ticket.seq)
 
     def reject_publish_dead_letter(self, message: Message) -> None:
         """Never asked: a stream refuses no publish."""
