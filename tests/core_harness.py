@@ -107,8 +107,8 @@ class RecordingChannel(Channel):
 class Core:
     """One broker, one connection; `run()` runs everything the broker scheduled."""
 
-    def __init__(self, deep: bool = False) -> None:
-        self.clock = FakeScheduler()
+    def __init__(self, deep: bool = False, clock: FakeScheduler | None = None) -> None:
+        self.clock = clock if clock is not None else FakeScheduler()
         self.store = CountingStore(self.clock) if deep else None
         config = BrokerConfig(queue_memory_budget_bytes=0) if deep else BrokerConfig()
         self.broker = Broker(config, self.clock, self.store)

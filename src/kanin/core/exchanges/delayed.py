@@ -61,6 +61,10 @@ READ_AHEAD_MS = 100  # a due message is read back from the store this long befor
 # read, one thread hand-off, one loop wake-up a batch instead of one a millisecond).
 READ_BATCH_MS = 20
 READ_GROUP_IDS = 128  # stored messages a read asks for, at most (unless one bucket has more)
+# Routing a backlog of due buckets (after the loop was held up) stops after this long and
+# goes on next turn: the deliveries routed so far go out meanwhile instead of all waiting
+# for the last of the backlog.
+ROUTE_SLICE_S = 0.001
 KEY_KIND = "delayed"  # its records' key in the store: exchange_key(KEY_KIND, vhost, name)
 MAX_DELAY_MS = 4_294_967_295
 _MAY_HOLD_CC = b"\x02CC"  # "CC" as a table's key; not in the header bytes: no CC header
@@ -217,6 +221,8 @@ class DelayedExchange(Exchange):
         schedule, vhost = self._schedule, self._vhost
         assert schedule is not None and vhost is not None
         now = schedule.now_ms()
+        clock = vhost.scheduler.time
+        slice_ends = clock() + ROUTE_SLICE_S
         while outbox:
             bucket, contents = outbox[0].bucket, outbox[0].contents
             if contents is None:
@@ -233,6 +239,9 @@ class DelayedExchange(Exchange):
                     self._store.remove(self._key, store_id)
             for message in bucket.items or ():
                 self._route(message)
+            if outbox and clock() > slice_ends:
+                self._send_timer = vhost.scheduler.call_later(0, self._send)
+                return
 
     def _cancel_send_timer(self) -> None:
         if self._send_timer is not None:
