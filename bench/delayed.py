@@ -24,7 +24,8 @@ computed from its due time as it is written.
     Lateness = arrival time - due time (wall clock, the due time is in each body), p50,
     p99 and max over the M. Goal: p99 <= 10 ms. Also the broker's CPU per message over
     this phase (publish and due), over the due half alone when the publish ended before
-    the first due time, and the other processes' CPU load meanwhile (lateness means
+    the first due time, the other processes' CPU load meanwhile and the CPU time the
+    virtual machine's host gave to others (steal) meanwhile (lateness means
     little on a busy machine; CPU per message is steadier).
 RabbitMQ 3.10 here has no delayed-message plugin (rabbitmq-plugins list), so there is no
 RabbitMQ column.
@@ -209,6 +210,7 @@ async def lateness(
         "cpu_us_per_message": (cpu_at_end - cpu_at_start) * 1e6 / count,
         "cpu_us_per_due": (cpu_at_end - cpu_at_due) * 1e6 / count if on_time else None,
         "foreign_load_pct": foreign.percent,
+        "steal_pct": foreign.steal_percent,
     }
     return sorted(consumer.lateness_ms), due_phase
 
@@ -282,6 +284,8 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
             f"| {_micros(phase['cpu_us_per_due'])} |",
             f"| other processes' CPU load meanwhile (% of the cores) "
             f"| {phase['foreign_load_pct']} |",
+            f"| CPU the host gave to other machines meanwhile (steal, % of the cores) "
+            f"| {phase.get('steal_pct')} |",
             "",
         ]
     )

@@ -405,7 +405,9 @@ class ForeignLoad:
     The benchmark owns its own process tree (perf, the kanin server) and, while it
     loads RabbitMQ, beam.smp and its helpers. Everything else on the machine (other
     people's tests, say) is foreign: its share of the cores is reported beside each point,
-    since the brokers' numbers drop when something else takes the CPU.
+    since the brokers' numbers drop when something else takes the CPU. On a virtual
+    machine the host may also take it: `steal_percent` is the share of the cores the
+    hypervisor gave to others meanwhile (/proc/stat's steal time), unseen by any process.
     """
 
     def __init__(self, count_rabbitmq_as_ours: bool) -> None:
@@ -413,10 +415,13 @@ class ForeignLoad:
         self.before: dict[int, tuple[int, int, str]] = {}
         self.started = 0.0
         self.percent: float | None = None
+        self.steal_before = 0
+        self.steal_percent: float | None = None
         self.top: list[tuple[str, float]] = []  # the busiest foreign processes, % of cores
 
     def __enter__(self) -> ForeignLoad:
         self.before = _cpu_ticks()
+        self.steal_before = _steal_ticks()
         self.started = time.monotonic()
         return self
 
@@ -435,11 +440,21 @@ class ForeignLoad:
             return
         scale = 100.0 / os.sysconf("SC_CLK_TCK") / wall / len(os.sched_getaffinity(0))
         self.percent = round(sum(by_name.values()) * scale, 1)
+        self.steal_percent = round((_steal_ticks() - self.steal_before) * scale, 1)
         busiest = sorted(by_name.items(), key=lambda item: -item[1])[:4]
         self.top = [(name, round(ticks * scale, 1)) for name, ticks in busiest]
 
 
 _RABBITMQ_PROCESSES = {"beam.smp", "erl_child_setup", "epmd", "inet_gethost"}
+
+
+def _steal_ticks() -> int:
+    """Ticks the hypervisor ran others instead of this machine, all cores (0 if unknown)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8])  # cpu user nice system idle iowait irq softirq steal
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def _cpu_ticks() -> dict[int, tuple[int, int, str]]:
