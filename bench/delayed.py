@@ -285,7 +285,7 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
             f"| other processes' CPU load meanwhile (% of the cores) "
             f"| {phase['foreign_load_pct']} |",
             f"| CPU the host gave to other machines meanwhile (steal, % of the cores) "
-            f"| {phase.get('steal_pct')} |",
+            f"| {phase['steal_pct']} |",
             "",
         ]
     )

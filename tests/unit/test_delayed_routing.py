@@ -12,6 +12,7 @@ from pamqp import commands
 
 from core_harness import Core
 from kanin.amqp.tables import encode_header
+from kanin.core.channel import Channel
 from kanin.core.exchanges import delayed
 from kanin.core.message import Message
 from kanin.core.publishing import route_and_enqueue
@@ -31,11 +32,11 @@ class BusyClock(FakeScheduler):
         return self.now
 
 
-def delayed_publish(core: Core, body: bytes, delay_ms: int) -> None:
+def delayed_publish(channel: Channel, body: bytes, delay_ms: int) -> None:
     properties = commands.Basic.Properties(headers={"x-delay": delay_ms})
     header = encode_header(len(body), properties)
     message = Message("later", "k", header, body, properties)
-    route_and_enqueue(core.channel(), message, mandatory=False)
+    route_and_enqueue(channel, message, mandatory=False)
 
 
 def test_a_backlog_of_due_messages_is_routed_in_slices_in_due_order() -> None:
@@ -53,8 +54,9 @@ def test_a_backlog_of_due_messages_is_routed_in_slices_in_due_order() -> None:
     core.declare("q")
     core.vhost.bind("later", core.vhost.queues["q"], "k", {})
     core.consume(core.channel(), "q", "c", no_ack=True)
+    publisher = core.channel()
     for index in range(6):  # one due each millisecond, published in reverse
-        delayed_publish(core, b"m%d" % (5 - index), 10 + 5 - index)
+        delayed_publish(publisher, b"m%d" % (5 - index), 10 + 5 - index)
     clock = core.clock
     assert isinstance(clock, BusyClock)
     clock.now += 0.020  # the loop was held up: all six are due, none routed yet
