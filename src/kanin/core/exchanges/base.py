@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, ClassVar, Union
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Union
 
 from kanin.native import mypyc_attr
 
@@ -17,9 +17,9 @@ if TYPE_CHECKING:
 Destination = Union["Queue", "Exchange"]
 
 # What an exchange that intercepts publishes (`Exchange.intercept`) does with one:
-ROUTE = 0  # route it now, as any exchange would
-ABSORBED = 1  # not routed, and not returned either: confirmed (a duplicate, a delayed one)
-STORED = 2  # or-ed with either: the exchange wrote to the store, the confirm waits for it
+ROUTE: Final = 0  # route it now, as any exchange would
+ABSORBED: Final = 1  # not routed, and not returned either: confirmed (a duplicate, a delayed one)
+STORED: Final = 2  # or-ed with either: the exchange wrote to the store, the confirm waits for it
 
 
 def freeze(value: Any) -> Any:

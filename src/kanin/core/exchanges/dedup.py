@@ -20,7 +20,7 @@ Where kanin differs from the plugin, on purpose:
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from kanin.amqp import constants as C
 from kanin.amqp.errors import ChannelError
@@ -33,8 +33,8 @@ if TYPE_CHECKING:
     from kanin.core.vhost import VirtualHost
     from kanin.store.api import Recovered
 
-HEADER = "x-deduplication-header"
-TTL_HEADER = "x-cache-ttl"
+HEADER: Final = "x-deduplication-header"
+TTL_HEADER: Final = "x-cache-ttl"
 KEY_KIND = "dedup"  # its records' key in the store: exchange_key(KEY_KIND, vhost, name)
 
 
@@ -108,17 +108,20 @@ class DedupExchange(Exchange):
 
     def intercept(self, message: Message) -> int:
         headers = message.headers
-        key = dedup_key(headers.get(HEADER)) if headers else None
         cache = self.cache
-        if key is None or cache is None:
+        if not headers or cache is None:
             return ROUTE
-        durable = STORED if self.durable else 0
-        if cache.seen(key):
-            # Confirmed no sooner than the original's id is on disk: it may be in this round.
-            return ABSORBED | durable
+        key = dedup_key(headers.get(HEADER))
+        if key is None:
+            return ROUTE
         ttl = headers.get(TTL_HEADER)
         ttl_ms = ttl if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl > 0 else None
-        return ROUTE | (STORED if cache.add(key, ttl_ms) else 0)
+        stored = STORED if cache.store is not None else 0
+        if cache.admit(key, ttl_ms):
+            return ROUTE | stored  # its id is written in the round its confirm waits for
+        # A duplicate: confirmed no sooner than the original's id is on disk (it may be in
+        # this very round).
+        return ABSORBED | stored
 
     def restore(self, key: str, recovered: list[Recovered]) -> None:
         """The ids on disk: their keys are the records' bodies, read once at start-up."""
