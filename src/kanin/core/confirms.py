@@ -73,7 +73,8 @@ class ConfirmLedger:
             self._disk.add(seq)
             self._pending[seq] = _DISK_ONLY
             return
-        waiting = frozenset(parties)
+        # A frozenset is taken as it is: a queue passes its own (Queue.as_party), made once.
+        waiting = parties if isinstance(parties, frozenset) else frozenset(parties)
         if disk:
             assert self._disk is not None, "a ledger without a store cannot wait on disk"
             self._disk.add(seq)
@@ -82,14 +83,20 @@ class ConfirmLedger:
 
     def done(self, seq: int, party: Party) -> None:
         """`party` vouches for `seq`: it is acked if no other party is outstanding."""
-        waiting = self._pending.get(seq)
+        self._done(seq, party)
+
+    def _done(self, seq: int, party: Party) -> bool:
+        """`done`; whether `seq` was pending on `party`."""
+        pending = self._pending
+        waiting = pending.get(seq)
         if waiting is None or party not in waiting:
-            return
+            return False
         if len(waiting) > 1:
-            self._pending[seq] = waiting - {party}
+            pending[seq] = waiting - {party}
         else:
-            del self._pending[seq]
+            del pending[seq]
             self._acked.append(seq)
+        return True
 
     def add_disk(self, seq: int) -> None:
         """A pending `seq` also waits for the store's current commit round."""
@@ -102,8 +109,7 @@ class ConfirmLedger:
 
     def vouch(self, seq: int, party: Party) -> None:
         """`done`, from outside a publish (a consumer's ack): the confirm goes out soon."""
-        if seq in self._pending:
-            self.done(seq, party)
+        if self._done(seq, party):
             self._request_flush()
 
     def refuse(self, seq: int) -> None:
@@ -195,8 +201,9 @@ class ConfirmTicket:
     fields by name, not by unpacking: compiled, `ticket.ledger.vouch(...)` is a direct
     call, an unpacked ledger a dynamic one (some 2,000 machine instructions a publish)."""
 
-    __slots__ = ("ledger", "seq")
+    __slots__ = ("ledger", "routing", "seq")
 
-    def __init__(self, ledger: ConfirmLedger, seq: int) -> None:
+    def __init__(self, ledger: ConfirmLedger, seq: int, routing: bool = False) -> None:
         self.ledger = ledger
         self.seq = seq
+        self.routing = routing  # the confirm waits for the routing too (publishing.py)

@@ -10,7 +10,7 @@ Direct reply-to's rewriting of reply_to and its delivery of replies are reply_to
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from pamqp import commands
 
@@ -180,7 +180,7 @@ def _enqueue(
     return refused, stored
 
 
-_ROUTING = "routing"  # a confirm party: the publish is still being routed
+_ROUTING: Final = "routing"  # a confirm party: the publish is still being routed
 
 
 def _hold_for_queues(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> ConfirmTicket | None:
@@ -204,10 +204,10 @@ def _hold_for_queues(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> Co
     if len(queues) == 1 or (len(settling) == 1 and settling[0].settles_later):
         # Nothing else is to come, or the one that settles cannot before this routing is
         # over (a stream, after its commit round): no routing party to take back.
-        ledger.hold(seq, settling)
-    else:
-        ledger.hold(seq, (*settling, _ROUTING))
-    return ConfirmTicket(ledger, seq)
+        ledger.hold(seq, settling[0].as_party if len(settling) == 1 else settling)
+        return ConfirmTicket(ledger, seq)
+    ledger.hold(seq, (*settling, _ROUTING))
+    return ConfirmTicket(ledger, seq, routing=True)
 
 
 def _settle_by_queues(channel: Channel, ticket: ConfirmTicket, refused: bool, stored: bool) -> None:
@@ -219,7 +219,8 @@ def _settle_by_queues(channel: Channel, ticket: ConfirmTicket, refused: bool, st
     else:
         if stored:
             ledger.add_disk(seq)
-        ledger.done(seq, _ROUTING)  # nothing if it was routed to one queue, held without it
+        if ticket.routing:  # else it was routed to one queue, held without it
+            ledger.done(seq, _ROUTING)
     channel.port.request_flush(channel)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from kanin.core.queue_args import KNOWN_ARGUMENTS, RETURNED, QueueArgs
 
@@ -22,8 +22,10 @@ if TYPE_CHECKING:
     from kanin.core.policies import Policy
     from kanin.store.api import Recovered
 
-# What Queue.publish did with a message.
-REFUSED, ACCEPTED, STORED = 0, 1, 2
+# What Queue.publish did with a message (Final: compiled, a constant, not a lookup).
+REFUSED: Final = 0
+ACCEPTED: Final = 1
+STORED: Final = 2
 
 
 class Queue:
@@ -37,14 +39,6 @@ class Queue:
     type_name: ClassVar[str] = ""  # x-queue-type
     # basic.consume on a channel with a global prefetch limit (quorum queues refuse it).
     supports_global_qos: ClassVar[bool] = True
-    # A confirmed publish routed here is confirmed by the queue itself, through the ticket
-    # `publish_with_ticket` gets: an end-to-end queue when a consumer acks, a stream once
-    # its own log has the message on disk.
-    settles_confirms: ClassVar[bool] = False
-    # Such a queue that never settles during `publish_with_ticket` itself, only on a later
-    # loop turn (a stream, after its commit round): a publish routed to it alone waits for
-    # it alone, not for its routing too (publishing._hold_for_queues).
-    settles_later: ClassVar[bool] = False
     # The arguments a redeclare must repeat (RabbitMQ compares only a stream's own).
     compared_arguments: ClassVar[tuple[str, ...]] = KNOWN_ARGUMENTS
     # queue.delete's if-unused and if-empty apply (RabbitMQ's streams ignore both).
@@ -63,6 +57,17 @@ class Queue:
     ) -> None:
         self.name = name
         self.vhost = vhost
+        # A confirmed publish routed here is confirmed by the queue itself, through the
+        # ticket `publish_with_ticket` gets: an end-to-end queue when a consumer acks, a
+        # stream once its own log has the message on disk. (Attributes, not class
+        # variables: read per publish, and compiled an instance's field is a load.)
+        self.settles_confirms = False
+        # Such a queue that never settles during `publish_with_ticket` itself, only on a
+        # later loop turn (a stream, after its commit round): a publish routed to it alone
+        # waits for it alone, not for its routing too (publishing._hold_for_queues).
+        self.settles_later = False
+        # The confirm party that is this queue alone, made once (ConfirmLedger.hold).
+        self.as_party: frozenset[object] = frozenset((self,))
         self.durable = durable
         self.exclusive_owner = exclusive_owner  # the owning connection, or None
         self.auto_delete = auto_delete

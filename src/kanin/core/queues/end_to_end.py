@@ -47,8 +47,6 @@ if TYPE_CHECKING:
 
 
 class EndToEndQueue(ClassicQueue):
-    settles_confirms = True
-
     def __init__(
         self,
         name: str,
@@ -79,6 +77,7 @@ class EndToEndQueue(ClassicQueue):
             store=None,  # see the module docstring: nothing is stored
             memory_budget_bytes=memory_budget_bytes,
         )
+        self.settles_confirms = True
         # Entry seq -> the confirm its ack settles, and those of retransmits held for it
         # (x-message-deduplication): a list per message only when there are more.
         self._tickets: dict[int, ConfirmTicket] = {}
@@ -103,8 +102,10 @@ class EndToEndQueue(ClassicQueue):
         return result
 
     def _settle(self, entry: Entry, acked: bool) -> None:
-        ticket = self._tickets.pop(entry.seq, None)
+        tickets, seq = self._tickets, entry.seq
+        ticket = tickets.get(seq)  # not pop(seq, None): compiled, that is a by-name call
         if ticket is not None:
+            del tickets[seq]
             _settle_ticket(ticket, self, acked)
         if self._more_tickets:
             for retransmit in self._more_tickets.pop(entry.seq, ()):

@@ -72,8 +72,6 @@ class _Reader:
 class StreamQueue(Queue):
     type_name: ClassVar[str] = "stream"
     supports_global_qos: ClassVar[bool] = False
-    settles_confirms: ClassVar[bool] = True
-    settles_later: ClassVar[bool] = True  # RoundBatches: after_commit waiters run later
     compared_arguments: ClassVar[tuple[str, ...]] = STREAM_ARGUMENTS
     delete_has_conditions: ClassVar[bool] = False
 
@@ -89,6 +87,8 @@ class StreamQueue(Queue):
         args: QueueArgs | None = None,
     ) -> None:
         super().__init__(name, vhost, durable=True, arguments=arguments, args=args)
+        self.settles_confirms = True
+        self.settles_later = True  # RoundBatches: after_commit waiters run later
         self._scheduler = scheduler
         self.log = log
         self._logs = logs
