@@ -56,6 +56,7 @@ COMPILED = [
     "src/kanin/core/dispatch.py",
     "src/kanin/core/consumer.py",
     "src/kanin/core/counters.py",
+    "src/kanin/core/memory.py",
     "src/kanin/core/queue_args.py",
     "src/kanin/core/ready.py",
     "src/kanin/core/scheduling.py",

@@ -27,15 +27,16 @@ watermark is released as soon as consumers take it below.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 # Read the RSS again after this many bytes have come in from clients, whatever the timer:
 # at a few hundred MB/s a flood would otherwise outrun a 100 ms timer by tens of MB.
 # A read of /proc/self/statm costs microseconds, so this is far below 1% of the work.
-RSS_SAMPLE_EVERY_BYTES = 4 * 1024 * 1024
+RSS_SAMPLE_EVERY_BYTES: Final = 4 * 1024 * 1024
 # After a clear with the RSS still above the watermark (memory retained by the allocator),
 # how far the RSS may grow past that level, as a fraction of the watermark, before it
 # raises the alarm again.
-RSS_REGROWTH_FRACTION = 0.25
+RSS_REGROWTH_FRACTION: Final = 0.25
 
 RssReader = Callable[[], int | None]
 
