@@ -204,7 +204,7 @@ def _hold_for_queues(ledger: ConfirmLedger, seq: int, queues: list[Queue]) -> Co
     if len(queues) == 1 or (len(settling) == 1 and settling[0].settles_later):
         # Nothing else is to come, or the one that settles cannot before this routing is
         # over (a stream, after its commit round): no routing party to take back.
-        ledger.hold(seq, settling[0].as_party if len(settling) == 1 else settling)
+        ledger.hold(seq, settling[0].as_party)  # one queue settles, in either case
         return ConfirmTicket(ledger, seq)
     ledger.hold(seq, (*settling, _ROUTING))
     return ConfirmTicket(ledger, seq, routing=True)
