@@ -97,7 +97,8 @@ class DedupCache:
         # left out of turn (expired when looked up, or came again later) stays listed until
         # the oldest-first walk (_oldest) passes it; _listed counts what is listed past the
         # walk, so that the lists can be rebuilt before the stale ids outgrow the live ones.
-        # An id that expires and comes again within the open batch keeps its place in it.
+        # An id is listed at most once in a batch (see _open_left), so the walk can tell its
+        # current listing by the batch number the id maps to.
         self._open: list[bytes] = []
         self._batches: deque[list[bytes]] = deque([self._open])
         self._front_no = self._open_no = 1
@@ -107,7 +108,9 @@ class DedupCache:
         self._live_in: dict[int, int] = {}  # closed batch -> how many of its ids are cached
         self._record_of: dict[int, int] = {}  # closed batch -> its record in the store
         self._closing = False  # the open batch closes as the next commit round starts
-        self._open_dropped = False  # an id of the open batch left it (see _close_batch)
+        # Ids that left the open batch (evicted, expired) while listed in it: one that comes
+        # back closes the batch first and is listed in the next, as the newest.
+        self._open_left: set[bytes] = set()
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -117,16 +120,18 @@ class DedupCache:
         duplicate). One dict operation for either, in the usual case."""
         ids = self._ids
         count = len(ids)
-        batch = ids.setdefault(key, self._open_no)
+        ids.setdefault(key, self._open_no)
         if len(ids) == count:
             if not self._expiry or not self._expired(key):
                 return False
-            self._drop(key)  # it comes again, as a new id
+            self._drop(key)  # expired: it comes again, as a new id
             ids[key] = self._open_no
-            if batch == self._open_no:  # listed in the open batch already
-                self._cached(key, ttl_ms, listed=True)
-                return True
-        self._cached(key, ttl_ms, listed=False)
+        left = self._open_left
+        if left and key in left:  # still listed in the open batch, at its old place
+            del ids[key]
+            self._close_batch()
+            ids[key] = self._open_no
+        self._cached(key, ttl_ms)
         return True
 
     def seen(self, key: bytes) -> bool:
@@ -142,13 +147,12 @@ class DedupCache:
         expires_at = self._expiry.get(key)
         return expires_at is not None and expires_at <= self._now_ms()
 
-    def _cached(self, key: bytes, ttl_ms: int | None, listed: bool) -> None:
+    def _cached(self, key: bytes, ttl_ms: int | None) -> None:
         """A new id was put in _ids, in the open batch: list it, give it its expiry, and
         keep the cache within its bounds."""
         self._open_live += 1
-        if not listed:
-            self._open.append(key)
-            self._listed += 1
+        self._open.append(key)
+        self._listed += 1
         ttl = ttl_ms if ttl_ms is not None else self.ttl_ms
         if ttl or self._expiry:  # without TTLs no id expires: no clock, no sweep
             now = self._now_ms()
@@ -173,7 +177,7 @@ class DedupCache:
         self._open = []
         self._batches.append(self._open)
         self._open_no, self._open_live, self._closing = number + 1, 0, False
-        self._open_dropped = False
+        self._open_left = set()
         if live:
             self._live_in[number] = live
         return number
@@ -181,7 +185,7 @@ class DedupCache:
     def _close_batch(self) -> None:
         """A commit round starts (or, in memory, the batch is full): the open batch closes,
         and with a store its ids still cached are written as one record in that round."""
-        keys, dropped = self._open, self._open_dropped
+        keys, dropped = self._open, bool(self._open_left)
         number = self._close_open()
         if self.store is None or number not in self._live_in:
             return
@@ -237,7 +241,7 @@ class DedupCache:
             self._expiry.pop(key, None)
         if number == self._open_no:
             self._open_live -= 1
-            self._open_dropped = True
+            self._open_left.add(key)
             return
         left = self._live_in[number] - 1
         if left:
