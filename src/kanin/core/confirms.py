@@ -81,12 +81,9 @@ class ConfirmLedger:
             waiting = waiting | _DISK_ONLY if waiting else _DISK_ONLY
         self._pending[seq] = waiting or _UNTIL_TOLD
 
-    def done(self, seq: int, party: Party) -> None:
-        """`party` vouches for `seq`: it is acked if no other party is outstanding."""
-        self._done(seq, party)
-
-    def _done(self, seq: int, party: Party) -> bool:
-        """`done`; whether `seq` was pending on `party`."""
+    def done(self, seq: int, party: Party) -> bool:
+        """`party` vouches for `seq`: it is acked if no other party is outstanding.
+        Whether `seq` was pending on `party`."""
         pending = self._pending
         waiting = pending.get(seq)
         if waiting is None or party not in waiting:
@@ -109,7 +106,7 @@ class ConfirmLedger:
 
     def vouch(self, seq: int, party: Party) -> None:
         """`done`, from outside a publish (a consumer's ack): the confirm goes out soon."""
-        if self._done(seq, party):
+        if self.done(seq, party):
             self._request_flush()
 
     def refuse(self, seq: int) -> None:
