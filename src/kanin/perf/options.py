@@ -22,7 +22,8 @@ class Endpoint:
 
 @dataclass(frozen=True)
 class ConfirmMode:
-    """none: no confirms; batch: publish `size`, wait for all; window: `size` in flight."""
+    """none: no confirms; batch: publish `size`, wait for all; window: at most `size` sent
+    and not yet confirmed."""
 
     kind: str  # "none" | "batch" | "window"
     size: int = 0
@@ -145,7 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--confirm",
         type=parse_confirm,
         default=ConfirmMode("none"),
-        help="none | each | batch:N | window:N (default none)",
+        help="none | each | batch:N | window:N (N unconfirmed at most; default none)",
     )
     add("--ack", choices=["auto", "manual"], default="auto", help="consumer acknowledgements")
     add("--prefetch", type=int, default=0, help="basic.qos prefetch per consumer (0 = none)")

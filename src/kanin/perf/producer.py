@@ -2,8 +2,12 @@
 
 The body's sequence number is the channel's publish sequence number (both start at 1),
 so a confirm for tag N is the confirm for the message stamped N. The window counts the
-span from the lowest unconfirmed sequence to the last one sent, which stays bounded even
-when a broker confirms out of order, and indexes the send-time ring.
+messages sent and not yet confirmed, as RabbitMQ's PerfTest counts its confirm permits: a
+confirm frees room even while an earlier message waits, so a broker that confirms out of
+order (kanin's end-to-end queues confirm when a consumer acks) does not hold a producer
+to its oldest message. Send times are kept in a ring indexed by sequence number, SPAN_WINDOWS
+windows long; the span from the lowest unconfirmed sequence to the last one sent is held
+to the ring's length, so memory stays bounded however long one message waits.
 """
 
 from __future__ import annotations
@@ -22,6 +26,9 @@ from kanin.perf.tally import CONFIRMED, NACKED, SENT, UNUSED, Counters
 
 # The shortest wait when pacing to --rate (see ProducerChannel.run).
 PACING_SLEEP_MIN_NS = 1_000_000
+# The send-time ring's length in windows: how far past its oldest unconfirmed message a
+# producer may run when confirms come out of order.
+SPAN_WINDOWS = 16
 
 
 class Producer(ChannelHandler):
@@ -55,12 +62,13 @@ class Producer(ChannelHandler):
         self.status = bytearray((UNUSED,))  # index = sequence number
         self.sent = 0
         self.low = 1  # lowest sequence not yet confirmed or nacked
+        self.in_flight = 0  # sent, not yet confirmed or nacked
         mode = options.confirm
         self.confirms = mode.kind != "none"
         self.window = mode.size if mode.kind == "window" else 0
         self.batch_size = mode.size if mode.kind == "batch" else 0
         ring = 1
-        while ring < max(mode.size, 1):
+        while ring < max(mode.size, 1) * SPAN_WINDOWS:
             ring *= 2
         self.mask = ring - 1
         self.sent_ns = array("q", bytes(8 * ring))
@@ -77,7 +85,9 @@ class Producer(ChannelHandler):
         self._wakeup()
 
     @property
-    def in_flight(self) -> int:
+    def span(self) -> int:
+        """Sequences from the lowest unconfirmed to the last sent (their send times are in
+        the ring)."""
         return self.sent - self.low + 1
 
     async def run(self, start_ns: int) -> None:
@@ -101,7 +111,7 @@ class Producer(ChannelHandler):
                     continue
                 n = min(n, due)
             if self.window:
-                room = self.window - self.in_flight
+                room = min(self.window - self.in_flight, self.mask + 1 - self.span)
                 if room <= 0:
                     await self._wait()
                     continue
@@ -126,6 +136,7 @@ class Producer(ChannelHandler):
         self.sent += n
         self.status.extend(bytes(n))
         if self.confirms:
+            self.in_flight += n
             ring, mask = self.sent_ns, self.mask
             for seq in range(first, first + n):
                 ring[seq & mask] = now_ns
@@ -194,6 +205,7 @@ class Producer(ChannelHandler):
         while low <= sent and status[low] != SENT:
             low += 1
         self.low = low
+        self.in_flight -= settled
         counters = self.counters
         if code == CONFIRMED:
             counters.confirmed += settled
