@@ -16,12 +16,14 @@ RabbitMQ's rabbit_confirms and coalesce_and_send):
   seq still pending or nacked go out as one ack with multiple=true, the rest singly,
   or (`hold_above`) not yet: confirms that resolve out of order (end-to-end queues,
   acked by consumers in their own order) would otherwise cost a frame each.
+  A drain costs what resolved since the last one, not what is held: held acks wait in
+  a heap, and the smallest pending seq is a mark that only moves up.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable
+from heapq import heappop, heappush
 from typing import TYPE_CHECKING
 
 from kanin.core.commit_rounds import RoundBatches
@@ -46,7 +48,10 @@ class ConfirmLedger:
     ) -> None:
         self._next_seq = 1
         self._pending: dict[int, frozenset[Party]] = {}  # seq -> parties not yet done
-        self._acked: list[int] = []
+        # No pending seq lies below: the smallest pending is found from here up (_floor).
+        self._low = 1
+        self._acked: list[int] = []  # acked since the last drain, in any order
+        self._held: list[int] = []  # a heap: acked, held back by drain(hold_above=True)
         self._nacked: list[int] = []
         # Pending seqs waiting for the disk, by the commit round that holds them.
         self._disk = RoundBatches(store, self._round_ended) if store is not None else None
@@ -68,6 +73,8 @@ class ConfirmLedger:
         """The publish `seq` is confirmed once every party is done (and, with `disk`, the
         store's commit round holding what was recorded so far has ended well). With no
         party at all it stays pending until `confirm` or `reject`."""
+        if seq < self._low:  # held after a drain moved the mark past it
+            self._low = seq
         if disk and not parties:  # the usual case: persistent, nothing else to wait for
             assert self._disk is not None, "a ledger without a store cannot wait on disk"
             self._disk.add(seq)
@@ -150,7 +157,7 @@ class ConfirmLedger:
         self._request_flush()
 
     def has_output(self) -> bool:
-        return bool(self._acked or self._nacked)
+        return bool(self._acked or self._nacked or self._held)
 
     def drain(self, hold_above: bool = False) -> tuple[list[int], list[tuple[int, bool]]]:
         """Return (nacks, acks as (tag, multiple)) resolved since the last drain. With
@@ -159,34 +166,51 @@ class ConfirmLedger:
         self._flush_requested = False
         nacks, self._nacked = self._nacked, []
         acked, self._acked = self._acked, []
-        if not acked:
+        held = self._held
+        if not acked and not held:
             return nacks, []
-        acked.sort()
         # As RabbitMQ's coalesce_and_send: a multiple ack stops below anything not acked,
-        # still pending or nacked in this same batch. Seqs enter `pending` in order and
-        # keep their place, so its first key is its smallest.
-        floor = next(iter(self._pending), None)
+        # still pending or nacked in this same batch.
+        floor = self._floor()
         if nacks:
-            floor = min(nacks) if floor is None else min(floor, *nacks)
-        if floor is None:
-            below, above = acked, []
-        else:
-            cut = bisect_left(acked, floor)
-            below, above = acked[:cut], acked[cut:]
-        acks: list[tuple[int, bool]] = []
-        if below:
-            acks.append((below[-1], len(below) > 1))
-        if hold_above:
-            self._acked = above
-            self.acks_drained += len(below)
-        else:
-            acks.extend((seq, False) for seq in above)
+            lowest_nack = min(nacks)
+            if floor is None or lowest_nack < floor:
+                floor = lowest_nack
+        if floor is None and not held:  # the usual case: all of them in one frame
             self.acks_drained += len(acked)
+            return nacks, [(max(acked), len(acked) > 1)]
+        for seq in acked:
+            heappush(held, seq)
+        below, top = 0, 0
+        while held and (floor is None or held[0] < floor):
+            top = heappop(held)
+            below += 1
+        acks: list[tuple[int, bool]] = [(top, below > 1)] if below else []
+        drained = below
+        if not hold_above:
+            while held:
+                acks.append((heappop(held), False))
+                drained += 1
+        self.acks_drained += drained
         return nacks, acks
+
+    def _floor(self) -> int | None:
+        """The smallest seq still pending (None: none is)."""
+        pending = self._pending
+        if not pending:
+            self._low = self._next_seq
+            return None
+        low, end = self._low, self._next_seq
+        while low < end and low not in pending:
+            low += 1
+        if low == end:  # no pending seq above the mark: `hold` keeps that from happening
+            low = min(pending)
+        self._low = low
+        return low
 
     def holds_acks(self) -> bool:
         """Acks held back by a `drain(hold_above=True)`, or resolved since: some to send."""
-        return bool(self._acked)
+        return bool(self._held or self._acked)
 
 
 class ConfirmTicket:
