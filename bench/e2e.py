@@ -1,6 +1,6 @@
 """End-to-end confirms (x-confirm-on-ack) against persistent and transient confirm+ack.
 
-    python bench/e2e.py                    # about 12 minutes; writes bench/results/e2e.md
+    python bench/e2e.py                    # about 20 minutes; writes bench/results/e2e.md
     python bench/e2e.py --reps 1 --duration 3 --queues 1 --sizes 16 --out /tmp/e2e.md  # a try
 
 Every point publishes with confirms and consumes with manual acks, 2 producer and 3
@@ -13,7 +13,13 @@ queues and 16-byte and 1,500-byte bodies. Four ways to do it:
   a consumer has acked (nothing is written);
 - RabbitMQ 3.10 persistent, as kanin persistent.
 Same processes throughout, the four alternating in order per repetition; broker CPU from
-/proc around each run. Reported: delivered msg/s (medians), broker CPU per message.
+/proc around each run. Reported: delivered msg/s (medians), broker CPU per message, and
+end-to-end ÷ transient as the median over repetitions of the two runs' ratio (they run
+back to back, so the machine's slower minutes weigh on both).
+Then, per repetition and point, kanin transient and end-to-end once more at the same
+offered load (--load msg/s in all, --rate split over the producers, below what either
+delivers flat out): broker CPU per message at equal load, where the way each batches
+under saturation does not enter.
 """
 
 from __future__ import annotations
@@ -47,14 +53,19 @@ MODES: dict[str, tuple[str, list[str]]] = {  # label -> (broker, kanin perf argu
 }
 
 
+AT_LOAD = ("kanin transient", "kanin end-to-end")  # the pair run again at --load
+
+
 def one_run(
-    uri: str, pid: int, label: str, queues: int, size: int, duration: float
+    uri: str, pid: int, label: str, queues: int, size: int, duration: float, load: float = 0
 ) -> dict[str, Any]:
     _, extra = MODES[label]
     prefix = "bench.e2e." + label.replace(" ", "-") + f".{queues}.{size}."
+    producers = 2 * queues
+    paced = ["--rate", f"{load / producers:g}"] if load else []
     args = [
-        *["-x", str(2 * queues), "-y", str(3 * queues), "--queues", str(queues)],
-        *["-s", str(size), "--duration", str(duration), *COMMON, *extra],
+        *["-x", str(producers), "-y", str(3 * queues), "--queues", str(queues)],
+        *["-s", str(size), "--duration", str(duration), *COMMON, *extra, *paced],
         *["--queue-prefix", prefix, "--delete-queues"],
     ]
     cpu_before = harness.cpu_seconds(pid)
@@ -66,6 +77,7 @@ def one_run(
     published = summary.get("published") or 1
     return {
         "label": label,
+        "load": load,
         "queues": queues,
         "size": size,
         "rate": float(summary["rates"]["consume"]),
@@ -91,9 +103,12 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     for queues in args.queues:
                         for size in args.sizes:
                             labels = list(MODES) if rep % 2 == 0 else list(reversed(MODES))
-                            for label in labels:
+                            paced = AT_LOAD if rep % 2 == 0 else AT_LOAD[::-1]
+                            runs = [(label, 0.0) for label in labels]
+                            runs += [(label, args.load) for label in paced]
+                            for label, load in runs:
                                 uri, pid = where[MODES[label][0]]
-                                row = one_run(uri, pid, label, queues, size, args.duration)
+                                row = one_run(uri, pid, label, queues, size, args.duration, load)
                                 rows.append({"rep": rep, **row})
                                 print(rows[-1], file=sys.stderr, flush=True)
             finally:
@@ -105,10 +120,21 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
-    def median(label: str, queues: int, size: int, key: str) -> float:
-        return statistics.median(
-            r[key] for r in rows if (r["label"], r["queues"], r["size"]) == (label, queues, size)
-        )
+    def runs(label: str, queues: int, size: int, load: float = 0) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in rows
+            if (r["label"], r["queues"], r["size"], r["load"]) == (label, queues, size, load)
+        ]
+
+    def median(label: str, queues: int, size: int, key: str, load: float = 0) -> float:
+        return statistics.median(float(r[key]) for r in runs(label, queues, size, load))
+
+    def paired(queues: int, size: int, key: str, load: float = 0) -> float:
+        """Median over repetitions of end-to-end ÷ transient, each rep's two runs."""
+        e2e, transient = (runs(label, queues, size, load) for label in AT_LOAD[::-1])
+        pairs = zip(e2e, transient, strict=True)
+        return statistics.median(float(a[key]) / float(b[key]) for a, b in pairs)
 
     lines = [
         "# End-to-end confirms: kanin's x-confirm-on-ack beside confirm+ack",
@@ -133,9 +159,9 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
                 for label in MODES
             ]
             e2e = median("kanin end-to-end", queues, size, "rate")
-            ratios = [
+            ratios = [paired(queues, size, "rate")] + [
                 e2e / median(other, queues, size, "rate")
-                for other in ("kanin transient", "kanin persistent", "rabbitmq persistent")
+                for other in ("kanin persistent", "rabbitmq persistent")
             ]
             lines.append(
                 f"| {queues} | {size} B | "
@@ -146,6 +172,23 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             )
     lines += [
         "",
+        f"At the same offered load, {args.load:,.0f} msg/s in all: broker CPU µs per message "
+        "(delivered msg/s):",
+        "",
+        "| queues | body | kanin transient | kanin end-to-end | e2e ÷ transient (CPU) |",
+        "|---|---|---|---|---|",
+    ]
+    for queues in args.queues:
+        for size in args.sizes:
+            cells = [
+                f"{median(label, queues, size, 'cpu_us_per_msg', args.load):.1f} "
+                f"({median(label, queues, size, 'rate', args.load):,.0f})"
+                for label in AT_LOAD
+            ]
+            ratio = paired(queues, size, "cpu_us_per_msg", args.load)
+            lines.append(f"| {queues} | {size} B | " + " | ".join(cells) + f" | {ratio:.2f}x |")
+    lines += [
+        "",
         "Goals: end-to-end within 10% of kanin transient (it writes nothing either), at least "
         "1.5x kanin persistent at 1 queue (the paper this reproduces measured 3.08x against "
         "RabbitMQ 2.8's persistence), ahead of RabbitMQ persistent everywhere.",
@@ -153,7 +196,8 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "Each run, in order:",
         "",
         *[
-            f"- rep {r['rep']} {r['label']} q={r['queues']} s={r['size']}: {r['rate']:,.0f} "
+            f"- rep {r['rep']} {r['label']}{' at load' if r['load'] else ''} "
+            f"q={r['queues']} s={r['size']}: {r['rate']:,.0f} "
             f"msg/s, {r['cpu_us_per_msg']:.1f} µs/msg: `{r['command']}`"
             for r in rows
         ],
@@ -169,6 +213,9 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=8.0)
     parser.add_argument("--queues", type=int, nargs="+", default=[1, 2, 4, 8])
     parser.add_argument("--sizes", type=int, nargs="+", default=[16, 1500])
+    parser.add_argument(
+        "--load", type=float, default=40_000.0, help="offered msg/s of the equal-load runs"
+    )
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "e2e.md")
     compiled.add_option(parser)
     args = parser.parse_args()
