@@ -119,6 +119,10 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
+def table_row(queues: int, size: int, cells: list[str], ratios: list[float]) -> str:
+    return f"| {queues} | {size} B | " + " | ".join(cells + [f"{r:.2f}x" for r in ratios]) + " |"
+
+
 def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     def runs(label: str, queues: int, size: int, load: float = 0) -> list[dict[str, Any]]:
         return [
@@ -151,25 +155,19 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "| e2e ÷ RabbitMQ |",
         "|---|---|" + "---|" * (len(MODES) + 3),
     ]
-    for queues in args.queues:
-        for size in args.sizes:
-            cells = [
-                f"{median(label, queues, size, 'rate'):,.0f} "
-                f"({median(label, queues, size, 'cpu_us_per_msg'):.0f})"
-                for label in MODES
-            ]
-            e2e = median("kanin end-to-end", queues, size, "rate")
-            ratios = [paired(queues, size, "rate")] + [
-                e2e / median(other, queues, size, "rate")
-                for other in ("kanin persistent", "rabbitmq persistent")
-            ]
-            lines.append(
-                f"| {queues} | {size} B | "
-                + " | ".join(cells)
-                + " | "
-                + " | ".join(f"{ratio:.2f}x" for ratio in ratios)
-                + " |"
-            )
+    points = [(queues, size) for queues in args.queues for size in args.sizes]
+    for queues, size in points:
+        cells = [
+            f"{median(label, queues, size, 'rate'):,.0f} "
+            f"({median(label, queues, size, 'cpu_us_per_msg'):.0f})"
+            for label in MODES
+        ]
+        e2e = median("kanin end-to-end", queues, size, "rate")
+        ratios = [paired(queues, size, "rate")] + [
+            e2e / median(other, queues, size, "rate")
+            for other in ("kanin persistent", "rabbitmq persistent")
+        ]
+        lines.append(table_row(queues, size, cells, ratios))
     lines += [
         "",
         f"At the same offered load, {args.load:,.0f} msg/s in all: broker CPU µs per message "
@@ -178,15 +176,14 @@ def render(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "| queues | body | kanin transient | kanin end-to-end | e2e ÷ transient (CPU) |",
         "|---|---|---|---|---|",
     ]
-    for queues in args.queues:
-        for size in args.sizes:
-            cells = [
-                f"{median(label, queues, size, 'cpu_us_per_msg', args.load):.1f} "
-                f"({median(label, queues, size, 'rate', args.load):,.0f})"
-                for label in AT_LOAD
-            ]
-            ratio = paired(queues, size, "cpu_us_per_msg", args.load)
-            lines.append(f"| {queues} | {size} B | " + " | ".join(cells) + f" | {ratio:.2f}x |")
+    for queues, size in points:
+        cells = [
+            f"{median(label, queues, size, 'cpu_us_per_msg', args.load):.1f} "
+            f"({median(label, queues, size, 'rate', args.load):,.0f})"
+            for label in AT_LOAD
+        ]
+        ratio = paired(queues, size, "cpu_us_per_msg", args.load)
+        lines.append(table_row(queues, size, cells, [ratio]))
     lines += [
         "",
         "Goals: end-to-end within 10% of kanin transient (it writes nothing either), at least "
