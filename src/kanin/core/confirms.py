@@ -176,9 +176,11 @@ class ConfirmLedger:
             lowest_nack = min(nacks)
             if floor is None or lowest_nack < floor:
                 floor = lowest_nack
-        if floor is None and not held:  # the usual case: all of them in one frame
-            self.acks_drained += len(acked)
-            return nacks, [(max(acked), len(acked) > 1)]
+        if not held:  # the usual case: all of them below the floor, in one frame
+            top = max(acked)
+            if floor is None or top < floor:
+                self.acks_drained += len(acked)
+                return nacks, [(top, len(acked) > 1)]
         for seq in acked:
             heappush(held, seq)
         below, top = 0, 0
