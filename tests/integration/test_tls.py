@@ -21,6 +21,7 @@ from typing import Any
 
 import aio_pika
 import pika
+import pyarrow as pa
 import pytest
 from pika.adapters.blocking_connection import BlockingConnection
 
@@ -32,7 +33,7 @@ from kanin.spark.client import connect as spark_connect
 from kanin.spark.columns import ColumnLayout
 from kanin.spark.offsets import OffsetRange
 from kanin.spark.options import KaninOptions, Role, parse_options
-from kanin.spark.publish import publish_rows
+from kanin.spark.publish import publish_batches
 from kanin.spark.stream_read import read_range
 from kanin.testing.embedded import EmbeddedBroker, running_broker
 from mgmt_http import Api
@@ -369,6 +370,10 @@ def test_the_spark_connector_connects_to_an_amqps_uri(certs: Certificates) -> No
         assert (user, mechanism) == (CLIENT_DN, "EXTERNAL")
 
 
+def numbered_ids(_keys: object, first: int, rows: int) -> list[str]:
+    return [f"t:{n}" for n in range(first, first + rows)]
+
+
 def test_the_spark_socket_reader_and_sink_work_over_amqps(certs: Certificates) -> None:
     """socket_conn.py's TLS path, used by every stream-range read on executors, queue mode
     and the sink: rows published with confirms, then a range of them read from the stream
@@ -382,8 +387,11 @@ def test_the_spark_socket_reader_and_sink_work_over_amqps(certs: Certificates) -
         mine = f"{trust}&certfile={certs.client_cert}&keyfile={certs.client_key}"
         secure = f"amqps://guest:guest@localhost:{broker.tls_port}/%2F"
         write = parse_options({"uri": f"{secure}?{trust}", "queue": "spark-tls-st"}, Role.WRITE)
-        rows = ((b"m%d" % n,) for n in range(3000))
-        assert publish_rows(write, ColumnLayout(body=0), rows, lambda _row, n: f"t:{n}") == 3000
+        bodies = [b"m%d" % n for n in range(3000)]
+        batches = [
+            pa.RecordBatch.from_pydict({"body": bodies[n : n + 1000]}) for n in (0, 1000, 2000)
+        ]
+        assert publish_batches(write, ColumnLayout(body=0), batches, numbered_ids) == 3000
 
         external = f"amqps://localhost:{broker.tls_port}/?{mine}&auth=external"
         for uri in (f"{secure}?{trust}", external):

@@ -13,16 +13,20 @@ aborted job cannot take back what its tasks published.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
+import pyarrow as pa
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
 from kanin.spark.columns import ColumnLayout
 from kanin.spark.ids import batch_write_id, column_message_id, row_message_id, streaming_write_id
 from kanin.spark.options import KaninOptions
-from kanin.spark.publish import publish_rows
+from kanin.spark.publish import MessageIds, publish_batches
 
 # Spark sets these task properties for the tasks of a streaming query's micro-batch.
 BATCH_ID_PROPERTY = "streaming.sql.batchId"
@@ -43,17 +47,20 @@ class _Sink:
         self.options = options
         self.layout = layout
 
-    def _publish(self, rows: Iterator[Any], write_id: str) -> Published:
+    def _publish(self, batches: Iterator[pa.RecordBatch], write_id: str) -> Published:
         partition = _task().partitionId()
-        count = publish_rows(self.options, self.layout, rows, self._ids(write_id, partition))
-        return Published(partition, count)
+        ids = self._ids(write_id, partition)
+        return Published(partition, publish_batches(self.options, self.layout, batches, ids))
 
-    def _ids(self, write_id: str, partition: int) -> Callable[[Any, int], str]:
-        column = self.layout.message_key
-        if column is not None:
+    def _ids(self, write_id: str, partition: int) -> MessageIds:
+        if self.layout.message_key is not None:
             name = self.options.id_column or ""
-            return lambda row, index: column_message_id(row[column], name, index)
-        return lambda _row, index: row_message_id(write_id, partition, index)
+            return lambda keys, first, _rows: [
+                column_message_id(key, name, first + n) for n, key in enumerate(keys or ())
+            ]
+        return lambda _keys, first, rows: [
+            row_message_id(write_id, partition, index) for index in range(first, first + rows)
+        ]
 
 
 def _task() -> TaskContext:
@@ -63,7 +70,7 @@ def _task() -> TaskContext:
     return context
 
 
-class KaninBatchWriter(_Sink, DataSourceWriter):
+class KaninBatchWriter(_Sink, DataSourceArrowWriter):
     def __init__(self, options: KaninOptions, layout: ColumnLayout) -> None:
         super().__init__(options, layout)
         # Made once, when Spark plans the job; every task and every attempt of a task
@@ -72,16 +79,16 @@ class KaninBatchWriter(_Sink, DataSourceWriter):
         # duplicates of this one's).
         self.job_token = uuid.uuid4().hex
 
-    def write(self, iterator: Iterator[Any]) -> Published:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
         return self._publish(iterator, batch_write_id(self.job_token))
 
 
-class KaninStreamWriter(_Sink, DataSourceStreamWriter):
+class KaninStreamWriter(_Sink, DataSourceStreamArrowWriter):
     """Rows of micro-batch B of query Q get ids Q:B:partition:index. Spark keeps Q in the
     checkpoint and runs an unfinished batch again under the same B after a restart, with
     the same rows if the source replays exactly (a kanin stream does)."""
 
-    def write(self, iterator: Iterator[Any]) -> Published:
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> Published:
         task = _task()
         query_id = task.getLocalProperty(QUERY_ID_PROPERTY)
         batch_id = task.getLocalProperty(BATCH_ID_PROPERTY)
