@@ -20,15 +20,15 @@ moves all N:
   offsets per micro-batch, --partitions tasks per batch, Trigger.AvailableNow), a batch
   read of the stream, a streaming read of the classic queue (mode=queue, --batch per
   micro-batch), and a batch write of N rows (2 partitions) through the sink to a
-  classic queue.
+  classic queue, right after a small write that starts Spark's Python workers.
 Spark rows/s = N / wall time from the query's start to its end (Spark start-up not
 counted); "steady" leaves out the first micro-batch (Python workers starting cold) and is
 rows / the sum of the other batches' trigger times from Spark's progress reports.
 
     python bench/spark.py --only-sink --rounds 3             # the sink and its baselines
 
-runs only the publishers: after a small warm-up write, per round kanin perf, pika,
-aio-pika, then the sink (alternating, since the machine is shared; each round notes the
+runs only the publishers: per round kanin perf, pika, aio-pika, then the sink after a
+small warm-up write (alternating, since the machine is shared; each round notes the
 load average as it starts), into spark-sink.{md,json}.
 """
 
@@ -283,11 +283,22 @@ def spark_batch_read(spark: Any, url: str, args: argparse.Namespace) -> dict[str
 
 
 def spark_sink(spark: Any, url: str, args: argparse.Namespace) -> dict[str, Any]:
+    """A batch write of N rows, its Python workers already running (warm_sink)."""
+    warm_sink(spark, url, args.size)
     frame = spark.range(0, args.messages, 1, 2).selectExpr(f"repeat('x', {args.size}) AS body")
     started = time.monotonic()
     frame.write.format("kanin").option("uri", url).option("queue", OUT).mode("append").save()
     elapsed = time.monotonic() - started
     return {"seconds": round(elapsed, 2), "rows_per_s": round(args.messages / elapsed)}
+
+
+def warm_sink(spark: Any, url: str, size: int) -> None:
+    """A small write into OUT, then purged: Spark stops a Python worker idle for a minute,
+    and the publishers measured before the sink take longer than that, so without it each
+    round would time two workers starting (about 1.5 s of CPU each, beside the broker)."""
+    frame = spark.range(0, 2000, 1, 2).selectExpr(f"repeat('x', {size}) AS body")
+    frame.write.format("kanin").option("uri", url).option("queue", OUT).mode("append").save()
+    purge(url, OUT)
 
 
 # -- the run ----------------------------------------------------------------------------
@@ -318,9 +329,6 @@ def run_sink_rounds(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         declare(url)
         spark = spark_session()
         try:
-            # A small write first, so no round pays for starting Spark's Python workers.
-            spark_sink(spark, url, argparse.Namespace(messages=2000, size=args.size))
-            purge(url, OUT)
             for _ in range(args.rounds):
                 figures: dict[str, Any] = {"load": round(os.getloadavg()[0], 1)}
                 figures.update(publishers(url, args))
