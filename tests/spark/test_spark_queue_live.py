@@ -3,6 +3,7 @@ committed (or has moved past), and what was not acked coming back redelivered.""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,13 +21,18 @@ def queue_reader(url: str, queue: str, batch: int) -> KaninQueueReader:
     return KaninQueueReader(parse_options(options, Role.READ))
 
 
+def rows_of(batches: Iterator[Any]) -> list[Row]:
+    """A batch's rows, from the Arrow record batches read() hands Spark."""
+    return [tuple(row.values()) for batch in batches for row in batch.to_pylist()]
+
+
 def read_batch(reader: KaninQueueReader, start: int, want: int) -> tuple[list[Row], int]:
     """read(start) once `want` deliveries have come (they arrive asynchronously, and a
     batch takes what has come), checking it hands over exactly those. The reader's
     consumer must have started (initialOffset)."""
     wait_until(lambda: reader.waiting >= want, timeout=10, what=f"{want} deliveries")
     rows, end = reader.read({"next": start})
-    taken = list(rows)
+    taken = rows_of(rows)
     assert (len(taken), end["next"]) == (want, start + want)
     return taken, end["next"]
 
@@ -73,7 +79,7 @@ def test_a_replayed_batch_is_empty_and_offsets_count_only_what_was_handed_over(
     reader = queue_reader(broker.url, queue, batch=10)
     try:
         rows, end = reader.read({"next": 40})
-        assert (list(rows), end) == ([], {"next": 40})  # nothing there: the batch stays put
+        assert (rows_of(rows), end) == ([], {"next": 40})  # nothing there: the batch stays put
         assert list(reader.readBetweenOffsets({"next": 0}, {"next": 40})) == []
     finally:
         reader.close()
@@ -97,10 +103,10 @@ def test_an_available_now_run_hands_over_only_what_was_there_when_it_started(
         _second, end = read_batch(reader, end, 10)  # acks the first: 10 more come
         wait_until(lambda: reader.waiting >= 10, timeout=10, what="deliveries after an ack")
         rows, after = reader.read({"next": end})
-        assert [row[4] for row in rows] == [f"id-{n}" for n in range(20, 25)]
+        assert [row[4] for row in rows_of(rows)] == [f"id-{n}" for n in range(20, 25)]
         assert after == {"next": 25}
         rows, after = reader.read(after)
-        assert (list(rows), after) == ([], {"next": 25})  # the run is over
+        assert (rows_of(rows), after) == ([], {"next": 25})  # the run is over
         # It closed its consumer: the later messages wait in the queue for the next run.
         assert reader.waiting == 0
         assert message_count(broker.url, queue) == 7
@@ -127,7 +133,7 @@ def test_a_run_that_starts_its_consumer_waits_for_the_messages_it_counted(
         start = {"next": 0}
         for _ in range(4):
             rows, start = reader.read(start)
-            sizes.append(len(list(rows)))
+            sizes.append(len(rows_of(rows)))
         assert sizes == [10, 10, 5, 0]
     finally:
         reader.close()

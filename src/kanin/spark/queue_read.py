@@ -47,10 +47,12 @@ from collections.abc import Iterator
 from contextlib import suppress
 from typing import Any
 
+import pyarrow as pa
 from pamqp import commands
 from pyspark.sql.datasource import SimpleDataSourceStreamReader
 from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
+from kanin.spark.arrow import record_batches
 from kanin.spark.client import CONNECT_TIMEOUT_S
 from kanin.spark.offsets import next_of, offset_dict
 from kanin.spark.options import QUEUE_MODE_DEFAULT_BATCH, KaninOptions
@@ -98,7 +100,7 @@ class KaninQueueReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
         held = self._consumer.waiting  # first: what comes after this may be counted below
         self._run_budget = held + ready_count(self.options)
 
-    def read(self, start: dict[str, Any]) -> tuple[Iterator[Row], dict[str, int]]:
+    def read(self, start: dict[str, Any]) -> tuple[Iterator[pa.RecordBatch], dict[str, int]]:
         begin = next_of(start)
         if self._run_budget == 0 and self._consumer is None:
             return iter(()), offset_dict(begin)  # the run is over: nothing more to hand over
@@ -117,9 +119,13 @@ class KaninQueueReader(SimpleDataSourceStreamReader, SupportsTriggerAvailableNow
             if self._run_budget == 0 and consumer.all_acked:
                 self._consumer = None
                 consumer.finish()
-        return iter(rows), offset_dict(begin + len(rows))
+        # As Arrow record batches, which PySpark passes on as they are (arrow.py), in a
+        # list: PySpark keeps the iterator and copies it, which a generator refuses.
+        return iter(list(record_batches(rows))), offset_dict(begin + len(rows))
 
-    def readBetweenOffsets(self, start: dict[str, Any], end: dict[str, Any]) -> Iterator[Row]:
+    def readBetweenOffsets(
+        self, start: dict[str, Any], end: dict[str, Any]
+    ) -> Iterator[pa.RecordBatch]:
         """A replayed batch: a queue cannot give it again; its unacked messages come back
         in later batches instead."""
         return iter(())
