@@ -155,6 +155,14 @@ class SocketConnection:
         none: methods and content headers decoded, bodies as their bytes, heartbeats
         skipped. A frame counts as consumed before it is handed out, so a caller may
         stop at any frame and the next call goes on after it."""
+        for kind, channel, payload in self.raw_frames():
+            if kind == BODY:
+                yield channel, payload
+            else:
+                yield channel, decoded(kind, channel, payload)
+
+    def raw_frames(self) -> Iterator[tuple[int, int, bytes]]:
+        """As frames(), each frame as its type, channel and undecoded payload."""
         buffer = self._buffer
         del buffer[: self._at]
         self._at = 0
@@ -164,10 +172,8 @@ class SocketConnection:
             at = self._at
             kind, channel, _size = FRAME_HEAD.unpack_from(buffer, at)
             self._at = at + size + 8
-            if kind == BODY:
-                yield channel, bytes(buffer[at + 7 : at + 7 + size])
-            elif kind in (METHOD, HEADER):
-                yield channel, frame.unmarshal(bytes(buffer[at : at + size + 8]))[2]
+            if kind in (METHOD, HEADER, BODY):
+                yield kind, channel, bytes(buffer[at + 7 : at + 7 + size])
 
     def _next_frame_size(self) -> int | None:
         """The payload size of the next frame if all of it is buffered."""
@@ -231,3 +237,9 @@ class SocketConnection:
         finally:
             self._socket = None
             connection.close()
+
+
+def decoded(kind: int, channel: int, payload: bytes) -> Any:
+    """A method or content header frame's payload decoded by pamqp."""
+    whole = FRAME_HEAD.pack(kind, channel, len(payload)) + payload + FRAME_END
+    return frame.unmarshal(whole)[2]

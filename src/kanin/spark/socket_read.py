@@ -3,8 +3,8 @@ reading.
 
 A stream-mode read on an executor is one consumer from one offset to another, and queue
 mode one consumer in the driver-side source process: no other channel, no publishing.
-Each delivery is kept as its decoded method, content header and body, several times
-faster than the asyncio client's message objects.
+Each delivery is kept as its decoded method, content header and body (wire_read.py),
+several times faster than the asyncio client's message objects.
 """
 
 from __future__ import annotations
@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from pamqp import commands
-from pamqp.header import ContentHeader
 
+from kanin.spark import wire_read
 from kanin.spark.client import not_a_stream
-from kanin.spark.socket_conn import CHANNEL, SocketConnection
+from kanin.spark.socket_conn import BODY, CHANNEL, HEADER, METHOD, SocketConnection, decoded
+from kanin.spark.wire_read import Deliver
 
 
 class Delivery:
@@ -24,7 +25,7 @@ class Delivery:
 
     __slots__ = ("body", "deliver", "properties")
 
-    def __init__(self, deliver: commands.Basic.Deliver, properties: Any, body: bytes) -> None:
+    def __init__(self, deliver: Deliver, properties: Any, body: bytes) -> None:
         self.deliver = deliver
         self.properties = properties
         self.body = body
@@ -54,28 +55,28 @@ class SocketConsumer(SocketConnection):
 
     def deliveries(self) -> Iterator[list[Delivery]]:
         """What the broker sent, a list per read from the socket (never an empty one)."""
-        deliver: commands.Basic.Deliver | None = None
+        deliver: Deliver | None = None
         properties: Any = None
         size = 0
         parts: list[bytes] = []
         got: list[Delivery] = []
         while True:
-            for _channel, value in self.frames():
-                if isinstance(value, commands.Basic.Deliver):
-                    deliver, parts = value, []
-                elif isinstance(value, ContentHeader):
-                    properties, size = value.properties, value.body_size
-                    if size == 0 and deliver is not None:
-                        got.append(Delivery(deliver, properties, b""))
-                        deliver = None
-                elif isinstance(value, bytes):  # a body frame's payload
-                    parts.append(value)
+            for kind, channel, payload in self.raw_frames():
+                if kind == BODY:
+                    parts.append(payload)
                     if deliver is not None and sum(map(len, parts)) >= size:
                         body = parts[0] if len(parts) == 1 else b"".join(parts)
                         got.append(Delivery(deliver, properties, body))
                         deliver = None
+                elif kind == METHOD and (method := wire_read.deliver(payload)) is not None:
+                    deliver, parts = method, []
+                elif kind == HEADER:
+                    size, properties = wire_read.content_header(payload)
+                    if size == 0 and deliver is not None:
+                        got.append(Delivery(deliver, properties, b""))
+                        deliver = None
                 else:
-                    self.refuse(value)
+                    self.refuse(decoded(kind, channel, payload))
             if got:
                 yield got
                 got = []
