@@ -285,10 +285,7 @@ def spark_batch_read(spark: Any, url: str, args: argparse.Namespace) -> dict[str
 def spark_sink(spark: Any, url: str, args: argparse.Namespace) -> dict[str, Any]:
     """A batch write of N rows, its Python workers already running (warm_sink)."""
     warm_sink(spark, url, args.size)
-    frame = spark.range(0, args.messages, 1, 2).selectExpr(f"repeat('x', {args.size}) AS body")
-    started = time.monotonic()
-    frame.write.format("kanin").option("uri", url).option("queue", OUT).mode("append").save()
-    elapsed = time.monotonic() - started
+    elapsed = sink_write(spark, url, args.messages, args.size)
     return {"seconds": round(elapsed, 2), "rows_per_s": round(args.messages / elapsed)}
 
 
@@ -296,9 +293,16 @@ def warm_sink(spark: Any, url: str, size: int) -> None:
     """A small write into OUT, then purged: Spark stops a Python worker idle for a minute,
     and the publishers measured before the sink take longer than that, so without it each
     round would time two workers starting (about 1.5 s of CPU each, beside the broker)."""
-    frame = spark.range(0, 2000, 1, 2).selectExpr(f"repeat('x', {size}) AS body")
-    frame.write.format("kanin").option("uri", url).option("queue", OUT).mode("append").save()
+    sink_write(spark, url, 2000, size)
     purge(url, OUT)
+
+
+def sink_write(spark: Any, url: str, rows: int, size: int) -> float:
+    """Seconds to write `rows` rows of `size`-byte bodies into OUT through the sink."""
+    frame = spark.range(0, rows, 1, 2).selectExpr(f"repeat('x', {size}) AS body")
+    started = time.monotonic()
+    frame.write.format("kanin").option("uri", url).option("queue", OUT).mode("append").save()
+    return time.monotonic() - started
 
 
 # -- the run ----------------------------------------------------------------------------
