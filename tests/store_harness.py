@@ -98,7 +98,7 @@ class Harness:
         elif faulty:
             store, log = faulty_file_store(directory, loop, segment_bytes)
         else:
-            store = FileStore(directory, loop, segment_bytes=segment_bytes)
+            store = FileStore(directory, loop, segment_bytes=segment_bytes, compact_settle_s=0)
         assert store.recover() == {}
         return cls(kind, directory, loop, store, segment_bytes, log)
 
@@ -113,7 +113,9 @@ class Harness:
         if faulty:
             self.store, self.log = faulty_file_store(self.directory, self.loop, self.segment_bytes)
         else:
-            self.store = FileStore(self.directory, self.loop, segment_bytes=self.segment_bytes)
+            self.store = FileStore(
+                self.directory, self.loop, segment_bytes=self.segment_bytes, compact_settle_s=0
+            )
         return self.store.recover()
 
     def contents(self, recovered: dict[str, list[Recovered]]) -> dict[str, list[StoredMessage]]:

@@ -1,4 +1,5 @@
-"""Space reclaim in the file store: old segments pinned by a few live messages are compacted."""
+"""Space reclaim in the file store: old segments pinned by a few live messages are compacted,
+and segments that consumers are emptying are left to empty."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import threading
 from pathlib import Path
 
+from kanin.store import compaction
 from kanin.store.file_store import FileStore
 from kanin.store.segments import SegmentLog
 
@@ -20,7 +22,9 @@ async def settle(store: FileStore) -> None:
 
 def test_a_few_live_messages_do_not_pin_old_segments(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = FileStore(tmp_path, asyncio.get_running_loop(), segment_bytes=4096)
+        store = FileStore(
+            tmp_path, asyncio.get_running_loop(), segment_bytes=4096, compact_settle_s=0
+        )
         store.recover()
         ids = [store.enqueue(QUEUE, "", "q", b"h", b"x" * 200) for _ in range(100)]
         await settle(store)
@@ -49,7 +53,9 @@ def test_a_few_live_messages_do_not_pin_old_segments(tmp_path: Path) -> None:
 
 def test_fully_removed_segments_are_deleted(tmp_path: Path) -> None:
     async def scenario() -> None:
-        store = FileStore(tmp_path, asyncio.get_running_loop(), segment_bytes=4096)
+        store = FileStore(
+            tmp_path, asyncio.get_running_loop(), segment_bytes=4096, compact_settle_s=0
+        )
         store.recover()
         ids = [store.enqueue(QUEUE, "", "q", b"h", b"y" * 300) for _ in range(60)]
         await settle(store)
@@ -87,7 +93,7 @@ def test_a_message_removed_while_its_compaction_copy_waits_stays_removed(
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
         log = HeldLog(tmp_path)
-        store = FileStore(tmp_path, loop, segment_bytes=4096, segments=log)
+        store = FileStore(tmp_path, loop, segment_bytes=4096, segments=log, compact_settle_s=0)
         store.recover()
         ids = [store.enqueue(QUEUE, "", "q", b"h", b"x" * 200) for _ in range(60)]
         await settle(store)
@@ -115,6 +121,86 @@ def test_a_message_removed_while_its_compaction_copy_waits_stays_removed(
         recovered = {m.id for m in reopened.recover()[QUEUE]}
         assert gone not in recovered
         assert moved in recovered
+        await reopened.close()
+
+    asyncio.run(scenario())
+
+
+def test_draining_means_empty_within_the_horizon_at_the_last_pace() -> None:
+    horizon = compaction.DRAIN_HORIZON_S
+    assert compaction.draining(100, 40, settle_s=1.0)  # 60 gone a second: empty in under 1 s
+    # 10 of 100 gone in a look: the 90 left take 9 looks, within the horizon or not.
+    assert compaction.draining(100, 90, settle_s=horizon / 10)
+    assert not compaction.draining(100, 90, settle_s=horizon / 8)
+    assert not compaction.draining(10, 10, settle_s=1.0)  # nothing gone: it stopped
+    assert not compaction.draining(10, 10, settle_s=0.0)
+    assert compaction.draining(10, 9, settle_s=0.0)  # settle 0: any progress is draining
+
+
+class CountingLog(SegmentLog):
+    """Counts compaction reads (a segment read whole)."""
+
+    def __init__(self, directory: Path) -> None:
+        super().__init__(directory)
+        self.whole_reads = 0
+
+    def read_whole(self, number: int) -> tuple[bytes, int | None]:
+        self.whole_reads += 1
+        return super().read_whole(number)
+
+
+def test_segments_being_emptied_in_order_are_deleted_without_a_compaction_read(
+    tmp_path: Path,
+) -> None:
+    """A deep queue read back in order: each old segment falls below the live share while
+    consumers are still taking its messages. It is left to empty and deleted whole, and
+    no file is read whole to find live records that are about to go anyway."""
+
+    async def scenario() -> None:
+        log = CountingLog(tmp_path)
+        loop = asyncio.get_running_loop()
+        store = FileStore(tmp_path, loop, segment_bytes=4096, segments=log, compact_settle_s=0.1)
+        store.recover()
+        ids = [store.enqueue(QUEUE, "", "q", b"h", b"x" * 200) for _ in range(100)]
+        await settle(store)
+        assert len(list(tmp_path.glob("*.log"))) > 5
+        for message_id in ids:  # a consumer acking one message every 10 ms
+            store.remove(QUEUE, message_id)
+            await asyncio.sleep(0.01)
+        store.enqueue(QUEUE, "", "q", b"h", b"z")  # rotate past the last full segment
+        await settle(store)
+        await asyncio.sleep(0.3)  # any look still due has happened
+        assert log.whole_reads == 0
+        assert store.compactions == 0
+        assert len(list(tmp_path.glob("*.log"))) <= 2
+        await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_segment_that_stops_draining_is_compacted_at_the_next_look(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        log = CountingLog(tmp_path)
+        loop = asyncio.get_running_loop()
+        store = FileStore(tmp_path, loop, segment_bytes=4096, segments=log, compact_settle_s=0.1)
+        store.recover()
+        ids = [store.enqueue(QUEUE, "", "q", b"h", b"x" * 200) for _ in range(40)]
+        await settle(store)
+        first_segment = [m for m in ids if store._where[m] >> 32 == store._where[ids[0]] >> 32]
+        for message_id in first_segment[1:]:  # all but one: then nothing more is taken
+            store.remove(QUEUE, message_id)
+        await asyncio.sleep(0.05)
+        assert log.whole_reads == 0, "compacted before the first look"
+        for _ in range(100):
+            await settle(store)
+            if store.compactions:
+                break
+        assert log.whole_reads == 1
+        assert store.compactions == 1
+        await store.close()
+
+        reopened = FileStore(tmp_path, loop, segment_bytes=4096)
+        assert first_segment[0] in {m.id for m in reopened.recover()[QUEUE]}
         await reopened.close()
 
     asyncio.run(scenario())

@@ -281,7 +281,7 @@ async def test_a_failed_compaction_write_does_not_lose_the_moved_message(
     round fails, the old file is the only copy: it must not be deleted."""
     loop = asyncio.get_running_loop()
     log = GatedLog(tmp_path)
-    store = FileStore(tmp_path, loop, segment_bytes=SEGMENT_BYTES, segments=log)
+    store = FileStore(tmp_path, loop, segment_bytes=SEGMENT_BYTES, segments=log, compact_settle_s=0)
     store.recover()
     files = Harness("file", tmp_path, loop, store, SEGMENT_BYTES, log)
     pinned = [files.enqueue(Q1, body(i, 1900)) for i in range(2)]  # segment 1, stays half full
@@ -500,7 +500,7 @@ async def wait_for(condition: threading.Event) -> None:
 async def test_appends_during_a_round_wait_for_the_next_round(tmp_path: Path) -> None:
     loop = asyncio.get_running_loop()
     log = BlockingLog(tmp_path)
-    store = FileStore(tmp_path, loop, segment_bytes=SEGMENT_BYTES, segments=log)
+    store = FileStore(tmp_path, loop, segment_bytes=SEGMENT_BYTES, segments=log, compact_settle_s=0)
     store.recover()
     results: list[tuple[str, bool, int]] = []
     first = store.enqueue(Q1, "", "rk", b"", b"one")
@@ -781,7 +781,9 @@ class ReadGatedLog(SegmentLog):
 async def gated_store(directory: Path) -> tuple[Harness, ReadGatedLog]:
     loop = asyncio.get_running_loop()
     log = ReadGatedLog(directory)
-    store = FileStore(directory, loop, segment_bytes=SEGMENT_BYTES, segments=log)
+    store = FileStore(
+        directory, loop, segment_bytes=SEGMENT_BYTES, segments=log, compact_settle_s=0
+    )
     store.recover()
     return Harness("file", directory, loop, store, SEGMENT_BYTES), log
 

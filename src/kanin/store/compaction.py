@@ -1,7 +1,16 @@
-"""Compaction's read: the live ENQUEUE records of a closed segment, found on the event loop
-a slice at a time.
+"""Compaction: when a closed segment is worth compacting (DrainWatch), and its read: the
+live ENQUEUE records, found on the event loop a slice at a time.
 
-The file is read whole on a worker thread (the read itself lets go of the interpreter),
+When: a closed segment whose live share has fallen below the threshold is compacted only
+once it has stopped draining. A deep queue read back in order empties its oldest segments
+within seconds, and a segment that empties is deleted whole, nothing read or copied;
+compacting it meanwhile reads the whole file and summarises every record on the loop,
+CPU the consumers emptying it are waiting for. So the segment is looked at again every
+SETTLE_S, and compacted at the first look that finds it would not be empty within
+DRAIN_HORIZON_S at the pace it lost live messages since the last look. A segment pinned by
+a few long-unacked messages stops draining at once, and waits one look.
+
+Reading: the file is read whole on a worker thread (the read itself lets go of the interpreter),
 but the records are summarised here, SCAN_SLICE per loop turn. Summarising is Python work,
 one step a record; on a worker thread it would hold the interpreter lock from the loop in
 turns of the switch interval, and the loop, giving the lock away at every socket call,
@@ -24,8 +33,56 @@ log = logging.getLogger(__name__)
 SCAN_SLICE = 2000  # records summarised per loop turn (a decoded live one counts LIVE_STEPS)
 LIVE_STEPS = 10
 REWRITE_SLICE = 500  # live records written again per loop turn
+# Seconds between looks at a segment waiting to be compacted: longer than the gaps between
+# a batch consumer's acks (one multiple ack per batch), so such a reader counts as draining.
+SETTLE_S = 5.0
+DRAIN_HORIZON_S = 60.0
 
 T = TypeVar("T")
+
+
+def draining(live_before: int, live_now: int, settle_s: float) -> bool:
+    """Whether a segment that went from `live_before` to `live_now` live messages in one look
+    (`settle_s`) would be empty within DRAIN_HORIZON_S at that pace."""
+    gone = live_before - live_now
+    return gone > 0 and live_now * settle_s <= gone * DRAIN_HORIZON_S
+
+
+class DrainWatch:
+    """Segments below the live share, looked at every `settle_s` until one stops draining,
+    then `compact(segment)`. `live(segment)`: its live count, or None once it no longer
+    waits (it emptied and is deleted)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        settle_s: float,
+        live: Callable[[int], int | None],
+        compact: Callable[[int], None],
+    ) -> None:
+        self._loop = loop
+        self._settle_s = settle_s
+        self._live = live
+        self._compact = compact
+        self._looks: dict[int, asyncio.TimerHandle] = {}
+
+    def watch(self, segment: int, live: int) -> None:
+        self._looks[segment] = self._loop.call_later(self._settle_s, self._look, segment, live)
+
+    def _look(self, segment: int, before: int) -> None:
+        del self._looks[segment]
+        now = self._live(segment)
+        if now is None:
+            return
+        if draining(before, now, self._settle_s):
+            self.watch(segment, now)
+        else:
+            self._compact(segment)
+
+    def close(self) -> None:
+        for look in self._looks.values():
+            look.cancel()
+        self._looks.clear()
 
 
 def live_enqueues(

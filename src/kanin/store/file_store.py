@@ -44,7 +44,7 @@ from pathlib import Path
 from kanin.store import compaction, records
 from kanin.store.api import Content, Reader, Recovered, Waiter
 from kanin.store.committer import GroupCommitter, Landed
-from kanin.store.record_reads import READ_GAP_BYTES, ReadPlan
+from kanin.store.record_reads import READ_GAP_BYTES, Pins, ReadPlan
 from kanin.store.recovered_index import EnqueuedColumns
 from kanin.store.segments import SegmentLog
 
@@ -62,14 +62,16 @@ MAX_SEGMENT_BYTES = 1 << 31
 class _Segment:
     live: int = 0  # ENQUEUE records in it whose message is still in a queue
     total: int = 0  # ENQUEUE records ever written to it
-    compacting: int = 0  # 0, SCANNING, or MOVING: its live records are being copied
+    compacting: int = 0  # 0, or WAITING, SCANNING, MOVING: a compaction's steps
 
 
 # A closed segment whose live share falls below this is compacted: its live messages are
 # written again to the active segment and the old file deleted, so a few long-unacked
 # messages cannot pin gigabytes of acked ones.
 COMPACT_BELOW_LIVE_SHARE = 0.25
-SCANNING, MOVING = 1, 2  # a compaction's steps (_Segment.compacting)
+# A compaction's steps (_Segment.compacting): WAITING for the segment to stop draining
+# (compaction.DrainWatch), SCANNING it for live records, MOVING them to the active segment.
+WAITING, SCANNING, MOVING = 1, 2, 3
 # Reads of at most this many records from the page cache are done on the loop (see
 # _read_cached); bigger ones, whose decoding would hold the loop, go to the reader thread.
 LOOP_READ_MAX = 256
@@ -83,8 +85,10 @@ class FileStore:
         segment_bytes: int = DEFAULT_SEGMENT_BYTES,
         force_recovery: bool = False,
         segments: SegmentLog | None = None,
+        compact_settle_s: float = compaction.SETTLE_S,
     ) -> None:
-        """`segments`: the log to use instead of a plain SegmentLog (tests: a faulty disk)."""
+        """`segments`: the log to use instead of a plain SegmentLog (tests: a faulty disk);
+        `compact_settle_s`: see compaction.DrainWatch (tests: 0, compact on the next turn)."""
         assert 0 < segment_bytes <= MAX_SEGMENT_BYTES, segment_bytes
         assert segments is None or segments.directory == directory, "one directory"
         self._loop = loop
@@ -94,6 +98,7 @@ class FileStore:
         self._committer = GroupCommitter(self._segments, loop)
         self._committer.on_written = self._written
         self.compactions = 0
+        self._drains = compaction.DrainWatch(loop, compact_settle_s, self._waiting, self._compact)
         self._segment_bytes = segment_bytes
         self._next_id = 1
         self._active = 1
@@ -108,9 +113,9 @@ class FileStore:
         self._delivered: dict[int, int] = {}
         self._recovered = False
         # Reading back: one thread does every pread (see the header), and the segments
-        # reads in flight need are pinned (segment -> reads) so they are not deleted.
+        # reads in flight need are pinned so they are not deleted.
         self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kanin-read")
-        self._pinned: dict[int, int] = {}
+        self._pinned = Pins()
 
     @property
     def committer(self) -> GroupCommitter:
@@ -175,7 +180,8 @@ class FileStore:
         if state.live == 0 and state.compacting != MOVING:  # else _compacted decides
             self._mark_dead(segment)
         elif state.live < state.total * COMPACT_BELOW_LIVE_SHARE and not state.compacting:
-            self._compact(segment, state)
+            state.compacting = WAITING
+            self._drains.watch(segment, state.live)
 
     # -- reading back ---------------------------------------------------------------------
 
@@ -189,17 +195,14 @@ class FileStore:
         if not segments or self._read_cached(plan):
             self._loop.call_soon(done, plan.found)
             return
-        self._pin(segments)
+        self._pinned.pin(segments)
         future = self._loop.run_in_executor(self._reader, self._read_disk, plan)
         future.add_done_callback(lambda landed: self._landed(plan, segments, landed, done))
 
     def read(
         self, queue: str, message_ids: Sequence[int], ahead: Sequence[int] = ()
     ) -> list[Content | None]:
-        """The content of live messages, in the order asked; None for an id that is not live
-        or whose record cannot be read (logged: the disk lost it). The records of `ahead`
-        are wanted soon: the kernel is asked to start reading them into the page cache.
-        Blocks until then (tests and tools; the broker uses read_later)."""
+        """See api.MessageStore.read: blocks until the reader thread has read them."""
         plan = self._plan(message_ids, ahead)
         if plan.segments:
             self._reader.submit(self._read_disk, plan).result()
@@ -256,7 +259,8 @@ class FileStore:
         self, plan: ReadPlan, segments: set[int], landed: asyncio.Future[None], done: Reader
     ) -> None:
         """On the loop: the read is back; its segments may go, and the reader hears."""
-        self._unpin(segments)
+        self._pinned.unpin(segments)
+        self._reclaim()  # what waited for this read may go now
         failure = None if landed.cancelled() else landed.exception()
         if failure is not None:  # not an OSError (those are per segment): a bug, but reported
             log.error("reading back messages failed: %r", failure)
@@ -289,23 +293,18 @@ class FileStore:
                 continue
             found[index] = _content(record)
 
-    def _pin(self, segments: set[int]) -> None:
-        self._pinned.update((segment, self._pinned.get(segment, 0) + 1) for segment in segments)
-
-    def _unpin(self, segments: set[int]) -> None:
-        for segment in segments:
-            left = self._pinned.pop(segment) - 1
-            if left:
-                self._pinned[segment] = left
-        self._reclaim()  # what waited for these reads may go now
-
     # -- compaction and reclaiming space --------------------------------------------------
 
-    def _compact(self, segment: int, state: _Segment) -> None:
+    def _waiting(self, segment: int) -> int | None:
+        """The live count of a segment waiting to be compacted; None if it no longer is."""
+        state = self._live.get(segment)
+        return state.live if state is not None and state.compacting == WAITING else None
+
+    def _compact(self, segment: int) -> None:
         """Read the segment (on a worker thread), find its live records (on the loop, in
         slices: compaction.py), then write them again (same ids) to the active segment;
         the old file is deleted once it holds nothing live."""
-        state.compacting = SCANNING
+        self._live[segment].compacting = SCANNING
         future = self._loop.run_in_executor(None, self._segments.read_whole, segment)
         future.add_done_callback(lambda read: self._find_live(segment, read))
 
@@ -491,6 +490,7 @@ class FileStore:
 
     async def close(self) -> None:
         # Reads in flight end first: the log's descriptors are closed with the committer.
+        self._drains.close()
         self._reader.shutdown(wait=True)
         await self._committer.drain()
         self._committer.close()

@@ -144,3 +144,24 @@ class ReadPlan:
     @property
     def segments(self) -> set[int]:
         return set(self.on_disk) | set(self.ahead)
+
+
+class Pins:
+    """Segments that reads in flight need, with how many reads need each: a pinned segment
+    is not deleted (nor its descriptor closed) until they are back."""
+
+    def __init__(self) -> None:
+        self._reads: dict[int, int] = {}
+
+    def __contains__(self, segment: int) -> bool:
+        return segment in self._reads
+
+    def pin(self, segments: set[int]) -> None:
+        reads = self._reads
+        reads.update((segment, reads.get(segment, 0) + 1) for segment in segments)
+
+    def unpin(self, segments: set[int]) -> None:
+        for segment in segments:
+            left = self._reads.pop(segment) - 1
+            if left:
+                self._reads[segment] = left

@@ -215,10 +215,20 @@ def faulty_file_store(
     directory: Path,
     loop: asyncio.AbstractEventLoop,
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    compact_settle_s: float = 0.0,
 ) -> tuple[FileStore, FaultySegmentLog]:
-    """A FileStore on `directory` over a FaultySegmentLog; call recover() before writing."""
+    """A FileStore on `directory` over a FaultySegmentLog; call recover() before writing.
+    It compacts a segment on the next loop turn once it stops draining (FileStore's
+    compact_settle_s), so a test sees compaction as soon as it has removed messages."""
     log = FaultySegmentLog(directory)
-    return FileStore(directory, loop, segment_bytes=segment_bytes, segments=log), log
+    store = FileStore(
+        directory,
+        loop,
+        segment_bytes=segment_bytes,
+        segments=log,
+        compact_settle_s=compact_settle_s,
+    )
+    return store, log
 
 
 @dataclass
