@@ -1,6 +1,6 @@
 """kanin.spark's rates beside the raw clients', on one kanin, on this machine, in one run.
 
-    python bench/spark.py                                   # 200,000 messages, ~10 minutes
+    python bench/spark.py                                   # 200,000 messages, ~12 minutes
     python bench/spark.py --messages 50000 --out /tmp/sp    # a try
 
 writes bench/results/spark.{md,json} (or --out DIR's). A fresh `kanin server` (port 0, its
@@ -14,13 +14,17 @@ moves all N:
   100-byte messages with a unique x-deduplication-header to a classic queue, as the sink
   does: `kanin perf` (one producer, --window unconfirmed confirms, N messages, its own
   process) and pika's BlockingConnection in confirm mode (each publish waits for its
-  confirm; --pika-messages of them, it is slow);
+  confirm; --pika-messages of them, it is slow), run right before each sink write with
+  the Spark session up;
 - Spark (local[2], the driver in this process), each into the `noop` sink so only reading
   counts: a streaming read of the stream (stream mode, --batch and then 5 x --batch
   offsets per micro-batch, --partitions tasks per batch, Trigger.AvailableNow), a batch
   read of the stream, a streaming read of the classic queue (mode=queue, --batch per
-  micro-batch), and a batch write of N rows (2 partitions) through the sink to a
-  classic queue, right after a small write that starts Spark's Python workers.
+  micro-batch), and --rounds rounds of the publishers then a batch write of N rows (2
+  partitions) through the sink to a classic queue, right after a small write that starts
+  Spark's Python workers; the sink's figure is the median of the rounds. The
+  streaming reads of each mode come after a warm-up query of that mode (--warm rows,
+  --warm-batch a batch; warm_queue_read says why).
 Spark rows/s = N / wall time from the query's start to its end (Spark start-up not
 counted); "steady" leaves out the first micro-batch (Python workers starting cold) and is
 rows / the sum of the other batches' trigger times from Spark's progress reports.
@@ -39,6 +43,7 @@ import asyncio
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -63,6 +68,7 @@ from harness import Kanin, write_results  # noqa: E402
 
 STREAM = "bench.spark.stream"
 QUEUE = "bench.spark.queue"
+WARM_QUEUE = "bench.spark.warm"  # what the queue-mode warm-up reads
 OUT = "bench.spark.out"
 
 
@@ -75,8 +81,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--window", type=int, default=1000, help="raw publish: unconfirmed")
     parser.add_argument("--prefetch", type=int, default=2000, help="raw consume: basic.qos")
     parser.add_argument("--pika-messages", type=int, default=10_000, help="pika publish")
+    parser.add_argument("--warm", type=int, default=50_000, help="rows read to warm Spark up")
+    parser.add_argument("--warm-batch", type=int, default=2_000, help="batch size warming up")
     parser.add_argument("--only-sink", action="store_true", help="publishers and the sink")
-    parser.add_argument("--rounds", type=int, default=1, help="with --only-sink")
+    parser.add_argument("--rounds", type=int, default=3, help="sink rounds (kanin perf, sink)")
     compiled.add_option(parser)
     parser.add_argument("--out", type=Path, default=HERE / "results")
     return parser.parse_args()
@@ -180,6 +188,7 @@ def declare(url: str) -> None:
     channel = connection.channel()
     channel.queue_declare(STREAM, durable=True, arguments={"x-queue-type": "stream"})
     channel.queue_declare(QUEUE, durable=True)
+    channel.queue_declare(WARM_QUEUE, durable=True)
     channel.queue_declare(OUT, durable=True)
     connection.close()
 
@@ -226,13 +235,26 @@ def streaming_rates(query: Any, started: float, count: int) -> dict[str, Any]:
     }
 
 
+def warm_stream_read(spark: Any, url: str, args: argparse.Namespace, work: Path) -> None:
+    """Stream mode over the stream's last --warm offsets, --warm-batch at a time, before
+    the timed reads (see warm_queue_read)."""
+    start = str(args.messages - args.warm)
+    spark_stream_read(spark, url, args, work / "warm", args.warm_batch, start)
+
+
 def spark_stream_read(
-    spark: Any, url: str, args: argparse.Namespace, work: Path, batch: int
+    spark: Any,
+    url: str,
+    args: argparse.Namespace,
+    work: Path,
+    batch: int,
+    starting_offsets: str = "first",
 ) -> dict[str, Any]:
     frame = (
         spark.readStream.format("kanin")
         .option("uri", url)
         .option("queue", STREAM)
+        .option("startingOffsets", starting_offsets)
         .option("maxRecordsPerBatch", batch)
         .option("numPartitions", args.partitions)
         .load()
@@ -248,13 +270,34 @@ def spark_stream_read(
     return streaming_rates(query, started, args.messages)
 
 
-def spark_queue_read(spark: Any, url: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+def warm_queue_read(spark: Any, url: str, args: argparse.Namespace, work: Path) -> None:
+    """Queue mode over --warm messages of a queue of their own, --warm-batch at a time,
+    before the timed read. Spark's JVM compiles the code a path runs (per batch and per
+    row) during the first queries of a session: the first queue-mode query of a session
+    cost 107 µs of JVM CPU per row, the fourth 18.5 (same broker and build). A streaming
+    job runs for hours, so the timed reads measure it warm; small batches make many."""
+    asyncio.run(raw_publish(url, WARM_QUEUE, args.warm, args.size, args.window))
+    spark_queue_read(spark, url, args, work / "warm", WARM_QUEUE, args.warm, args.warm_batch)
+
+
+def spark_queue_read(
+    spark: Any,
+    url: str,
+    args: argparse.Namespace,
+    work: Path,
+    queue: str = QUEUE,
+    count: int | None = None,
+    batch: int | None = None,
+) -> dict[str, Any]:
+    """A queue-mode query until it has read `count` (--messages) rows, `batch` (--batch) at
+    a time."""
+    count = count or args.messages
     frame = (
         spark.readStream.format("kanin")
         .option("uri", url)
-        .option("queue", QUEUE)
+        .option("queue", queue)
         .option("mode", "queue")
-        .option("maxRecordsPerBatch", args.batch)
+        .option("maxRecordsPerBatch", batch or args.batch)
         .load()
     )
     started = time.monotonic()
@@ -263,11 +306,11 @@ def spark_queue_read(spark: Any, url: str, args: argparse.Namespace, work: Path)
         .option("checkpointLocation", str(work / "queue-checkpoint"))
         .start()
     )
-    while sum(p["numInputRows"] for p in query.recentProgress) < args.messages:
+    while sum(p["numInputRows"] for p in query.recentProgress) < count:
         if query.exception() is not None:
             raise RuntimeError(query.exception())
         time.sleep(0.05)
-    rates = streaming_rates(query, started, args.messages)
+    rates = streaming_rates(query, started, count)
     query.stop()
     return rates
 
@@ -324,6 +367,22 @@ def purge(url: str, queue: str) -> None:
     connection.close()
 
 
+def sink_round(
+    spark: Any, url: str, args: argparse.Namespace, with_aio_pika: bool = False
+) -> dict[str, Any]:
+    """One round: the plain-client publishers, then the sink, into the emptied OUT."""
+    figures: dict[str, Any] = {"load": round(os.getloadavg()[0], 1)}
+    figures.update(publishers(url, args))
+    if with_aio_pika:
+        figures["aio_pika_publish"] = round(
+            asyncio.run(raw_publish(url, OUT, args.messages, args.size, args.window))
+        )
+        purge(url, OUT)
+    figures["spark_sink"] = spark_sink(spark, url, args)["rows_per_s"]
+    purge(url, OUT)
+    return figures
+
+
 def run_sink_rounds(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     kanin = Kanin(work / "kanin")
     kanin.start()
@@ -334,15 +393,7 @@ def run_sink_rounds(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         spark = spark_session()
         try:
             for _ in range(args.rounds):
-                figures: dict[str, Any] = {"load": round(os.getloadavg()[0], 1)}
-                figures.update(publishers(url, args))
-                figures["aio_pika_publish"] = round(
-                    asyncio.run(raw_publish(url, OUT, args.messages, args.size, args.window))
-                )
-                purge(url, OUT)
-                figures["spark_sink"] = spark_sink(spark, url, args)["rows_per_s"]
-                purge(url, OUT)
-                rounds.append(figures)
+                rounds.append(sink_round(spark, url, args, with_aio_pika=True))
         finally:
             spark.stop()
     finally:
@@ -396,17 +447,20 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         raw["pika_consume_queue"] = pika_consume(url, QUEUE, n, args.prefetch, False)
         asyncio.run(raw_publish(url, QUEUE, n, size, args.window))  # again, for Spark to read
         raw = {key: round(value) for key, value in raw.items()}
-        raw.update(publishers(url, args))
         results["raw"] = raw
         spark = spark_session()
         try:
+            warm_stream_read(spark, url, args, work)
             results["spark_stream_read"] = spark_stream_read(spark, url, args, work, args.batch)
             results["spark_stream_read_big"] = spark_stream_read(
                 spark, url, args, work, 5 * args.batch
             )
             results["spark_batch_read"] = spark_batch_read(spark, url, args)
+            warm_queue_read(spark, url, args, work)
             results["spark_queue_read"] = spark_queue_read(spark, url, args, work)
-            results["spark_sink"] = spark_sink(spark, url, args)
+            # The publishers right before each sink write, beside the same Spark session:
+            # a baseline measured minutes earlier would carry the machine's drift since.
+            results["sink_rounds"] = [sink_round(spark, url, args) for _ in range(args.rounds)]
         finally:
             spark.stop()
     finally:
@@ -414,9 +468,27 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return results
 
 
+def sink_summary(rounds: list[dict[str, Any]], aio_pika: int) -> dict[str, Any]:
+    """Medians over the sink rounds; each round's sink over that round's fastest plain
+    publisher (aio-pika's, measured once, counts in every round)."""
+    ratios = [
+        r["spark_sink"] / max(r["kanin_perf_publish"], r["pika_publish"], aio_pika) for r in rounds
+    ]
+    return {
+        "kanin_perf": round(statistics.median(r["kanin_perf_publish"] for r in rounds)),
+        "pika": round(statistics.median(r["pika_publish"] for r in rounds)),
+        "sink": round(statistics.median(r["spark_sink"] for r in rounds)),
+        "ratio": statistics.median(ratios),
+        "perf_rounds": [r["kanin_perf_publish"] for r in rounds],
+        "sink_rounds": [r["spark_sink"] for r in rounds],
+        "ratios": [round(ratio, 2) for ratio in ratios],
+    }
+
+
 def render(results: dict[str, Any]) -> str:
     args = results["args"]
     raw = results["raw"]
+    sink = sink_summary(results["sink_rounds"], raw["aio_pika_publish_queue"])
     rows = [
         ("raw aio-pika publish, confirms (stream)", raw["aio_pika_publish_stream"], None, ""),
         ("raw aio-pika publish, confirms (classic queue)", raw["aio_pika_publish_queue"], None, ""),
@@ -424,8 +496,13 @@ def render(results: dict[str, Any]) -> str:
         ("raw pika consume (stream, from first)", raw["pika_consume_stream"], None, ""),
         ("raw aio-pika consume (classic queue)", raw["aio_pika_consume_queue"], None, ""),
         ("raw pika consume (classic queue)", raw["pika_consume_queue"], None, ""),
-        ("kanin perf publish, confirm window (classic queue)", raw["kanin_perf_publish"], None, ""),
-        ("pika publish, confirm each (classic queue)", raw["pika_publish"], None, ""),
+        (
+            "kanin perf publish, confirm window (classic queue), median",
+            sink["kanin_perf"],
+            None,
+            "",
+        ),
+        ("pika publish, confirm each (classic queue), median", sink["pika"], None, ""),
     ]
     stream = results["spark_stream_read"]
     queue = results["spark_queue_read"]
@@ -456,12 +533,6 @@ def render(results: dict[str, Any]) -> str:
             best_queue_client,
             f"{args['batch']} messages/batch, 1 task",
         ),
-        (
-            "Spark batch write through the sink",
-            results["spark_sink"],
-            max(raw["aio_pika_publish_queue"], raw["kanin_perf_publish"], raw["pika_publish"]),
-            "2 partitions, on a plain socket, confirm window 2000",
-        ),
     ]
     lines = [
         "# kanin.spark beside the raw clients",
@@ -481,6 +552,10 @@ def render(results: dict[str, Any]) -> str:
         shown = f"{steady:,}" if steady else ""
         ratio = (steady or figures["rows_per_s"]) / client
         lines.append(f"| {name} | {figures['rows_per_s']:,} | {shown} | {ratio:.2f} | {note} |")
+    lines.append(
+        f"| Spark batch write through the sink, median | {sink['sink']:,} | | "
+        f"{sink['ratio']:.2f} | 2 partitions, on a plain socket, confirm window 2000 |"
+    )
     lines += [
         "",
         "÷ raw client: the steady rate (or the whole rate, for batch jobs) over the fastest raw",
@@ -490,6 +565,9 @@ def render(results: dict[str, Any]) -> str:
         f"Stream mode, bigger batches: {results['spark_stream_read_big']['batches']} rows, "
         f"{results['spark_stream_read_big']['batch_ms']} ms.",
         f"Queue mode batches: {queue['batches']} rows, {queue['batch_ms']} ms.",
+        f"Sink rounds (each: kanin perf, pika, then the sink): kanin perf {sink['perf_rounds']},"
+        f" sink {sink['sink_rounds']} rows/s; sink ÷ the round's fastest publisher "
+        f"{sink['ratios']}, the median of which is the table's.",
         "",
     ]
     return "\n".join(lines)
