@@ -204,3 +204,22 @@ def test_a_segment_that_stops_draining_is_compacted_at_the_next_look(tmp_path: P
         await reopened.close()
 
     asyncio.run(scenario())
+
+
+def test_a_look_still_due_when_the_store_closes_starts_nothing(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        log = CountingLog(tmp_path)
+        loop = asyncio.get_running_loop()
+        store = FileStore(tmp_path, loop, segment_bytes=4096, segments=log, compact_settle_s=0.05)
+        store.recover()
+        ids = [store.enqueue(QUEUE, "", "q", b"h", b"x" * 200) for _ in range(40)]
+        await settle(store)
+        first = store._where[ids[0]] >> 32
+        for message_id in [m for m in ids if store._where[m] >> 32 == first][1:]:
+            store.remove(QUEUE, message_id)  # below the live share: a look is due
+        assert any(state.compacting for state in store._live.values())
+        await store.close()
+        await asyncio.sleep(0.2)  # past the look: it was cancelled with the store
+        assert log.whole_reads == 0
+
+    asyncio.run(scenario())
