@@ -10,13 +10,13 @@ SETTLE_S, and compacted at the first look that finds it would not be empty withi
 DRAIN_HORIZON_S at the pace it lost live messages since the last look. A segment pinned by
 a few long-unacked messages stops draining at once, and waits one look.
 
-Reading: the file is read whole on a worker thread (the read itself lets go of the interpreter),
-but the records are summarised here, SCAN_SLICE per loop turn. Summarising is Python work,
-one step a record; on a worker thread it would hold the interpreter lock from the loop in
-turns of the switch interval, and the loop, giving the lock away at every socket call,
-would wait that long again and again: with a segment of a million records, seconds of
-stalls for every connection. In slices, a compaction costs the loop a millisecond or two
-a turn, and nothing else.
+Reading: the file is read whole on a worker thread (the read itself lets go of the
+interpreter), but the records are summarised here, SCAN_SLICE per loop turn. Summarising
+is Python work, one step a record; on a worker thread it would hold the interpreter lock
+from the loop in turns of the switch interval, and the loop, giving the lock away at
+every socket call, would wait that long again and again: with a segment of a million
+records, seconds of stalls for every connection. In slices, a compaction costs the loop
+a millisecond or two a turn, and nothing else.
 """
 
 from __future__ import annotations
