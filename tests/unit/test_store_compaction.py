@@ -157,10 +157,7 @@ def test_segments_being_emptied_in_order_are_deleted_without_a_compaction_read(
     no file is read whole to find live records that are about to go anyway."""
 
     async def scenario() -> None:
-        log = CountingLog(tmp_path)
-        loop = asyncio.get_running_loop()
-        store = FileStore(tmp_path, loop, segment_bytes=4096, segments=log, compact_settle_s=0.1)
-        store.recover()
+        store, log = watched_store(tmp_path, 0.1)
         ids = [store.enqueue(QUEUE, "", "q", b"h", b"x" * 200) for _ in range(100)]
         await settle(store)
         assert len(list(tmp_path.glob("*.log"))) > 5
@@ -178,17 +175,29 @@ def test_segments_being_emptied_in_order_are_deleted_without_a_compaction_read(
     asyncio.run(scenario())
 
 
+async def leave_one_in_the_first_segment(store: FileStore) -> list[int]:
+    """Fill a few segments, then remove all but one message of the first (below the live
+    share: a look is due); that segment's ids, the one left first."""
+    ids = [store.enqueue(QUEUE, "", "q", b"h", b"x" * 200) for _ in range(40)]
+    await settle(store)
+    first = [m for m in ids if store._where[m] >> 32 == store._where[ids[0]] >> 32]
+    for message_id in first[1:]:  # then nothing more is taken
+        store.remove(QUEUE, message_id)
+    return first
+
+
+def watched_store(directory: Path, settle_s: float) -> tuple[FileStore, CountingLog]:
+    log = CountingLog(directory)
+    loop = asyncio.get_running_loop()
+    store = FileStore(directory, loop, segment_bytes=4096, segments=log, compact_settle_s=settle_s)
+    store.recover()
+    return store, log
+
+
 def test_a_segment_that_stops_draining_is_compacted_at_the_next_look(tmp_path: Path) -> None:
     async def scenario() -> None:
-        log = CountingLog(tmp_path)
-        loop = asyncio.get_running_loop()
-        store = FileStore(tmp_path, loop, segment_bytes=4096, segments=log, compact_settle_s=0.1)
-        store.recover()
-        ids = [store.enqueue(QUEUE, "", "q", b"h", b"x" * 200) for _ in range(40)]
-        await settle(store)
-        first_segment = [m for m in ids if store._where[m] >> 32 == store._where[ids[0]] >> 32]
-        for message_id in first_segment[1:]:  # all but one: then nothing more is taken
-            store.remove(QUEUE, message_id)
+        store, log = watched_store(tmp_path, 0.1)
+        first_segment = await leave_one_in_the_first_segment(store)
         await asyncio.sleep(0.05)
         assert log.whole_reads == 0, "compacted before the first look"
         for _ in range(100):
@@ -199,7 +208,7 @@ def test_a_segment_that_stops_draining_is_compacted_at_the_next_look(tmp_path: P
         assert store.compactions == 1
         await store.close()
 
-        reopened = FileStore(tmp_path, loop, segment_bytes=4096)
+        reopened = FileStore(tmp_path, asyncio.get_running_loop(), segment_bytes=4096)
         assert first_segment[0] in {m.id for m in reopened.recover()[QUEUE]}
         await reopened.close()
 
@@ -208,15 +217,8 @@ def test_a_segment_that_stops_draining_is_compacted_at_the_next_look(tmp_path: P
 
 def test_a_look_still_due_when_the_store_closes_starts_nothing(tmp_path: Path) -> None:
     async def scenario() -> None:
-        log = CountingLog(tmp_path)
-        loop = asyncio.get_running_loop()
-        store = FileStore(tmp_path, loop, segment_bytes=4096, segments=log, compact_settle_s=0.05)
-        store.recover()
-        ids = [store.enqueue(QUEUE, "", "q", b"h", b"x" * 200) for _ in range(40)]
-        await settle(store)
-        first = store._where[ids[0]] >> 32
-        for message_id in [m for m in ids if store._where[m] >> 32 == first][1:]:
-            store.remove(QUEUE, message_id)  # below the live share: a look is due
+        store, log = watched_store(tmp_path, 0.05)
+        await leave_one_in_the_first_segment(store)
         assert any(state.compacting for state in store._live.values())
         await store.close()
         await asyncio.sleep(0.2)  # past the look: it was cancelled with the store
