@@ -500,7 +500,7 @@ async def wait_for(condition: threading.Event) -> None:
 async def test_appends_during_a_round_wait_for_the_next_round(tmp_path: Path) -> None:
     loop = asyncio.get_running_loop()
     log = BlockingLog(tmp_path)
-    store = FileStore(tmp_path, loop, segment_bytes=SEGMENT_BYTES, segments=log, compact_settle_s=0)
+    store = FileStore(tmp_path, loop, segment_bytes=SEGMENT_BYTES, segments=log)
     store.recover()
     results: list[tuple[str, bool, int]] = []
     first = store.enqueue(Q1, "", "rk", b"", b"one")
