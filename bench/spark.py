@@ -238,7 +238,7 @@ def streaming_rates(query: Any, started: float, count: int) -> dict[str, Any]:
 def warm_stream_read(spark: Any, url: str, args: argparse.Namespace, work: Path) -> None:
     """Stream mode over the stream's last --warm offsets, --warm-batch at a time, before
     the timed reads (see warm_queue_read)."""
-    start = str(args.messages - args.warm)
+    start = str(max(args.messages - args.warm, 0))  # a --messages below --warm: all of it
     spark_stream_read(spark, url, args, work / "warm", args.warm_batch, start)
 
 
