@@ -1,13 +1,15 @@
 """A stateful property test of ConfirmLedger (kanin/core/confirms.py) against a plain model:
 random publishes (confirmed at once, rejected at once, or held on one or two parties),
-parties that vouch, rejects of held publishes, and drains with and without holding acks
-above the smallest pending seq.
+parties that vouch, rejects of held publishes, drains with and without holding acks
+above the smallest pending seq, and the ends of holding periods (age_held).
 
 The model keeps every acked seq not yet sent in one list and, on each drain, sorts it and
 cuts it at the smallest seq still pending or nacked in the same drain (found by scanning):
-the coalescing rules in their plainest form. Each drain must return exactly what the
-model's does. A client's view checks the rules themselves: every seq is confirmed once,
-and a multiple ack covers only seqs the broker has acked.
+the coalescing rules in their plainest form. A held ack remembers whether a period ended
+while it was held; one that is held through a whole period goes out singly at the drain
+after the next period's end. Each drain must return exactly what the model's does. A
+client's view checks the rules themselves: every seq is confirmed once, and a multiple
+ack covers only seqs the broker has acked.
 """
 
 from __future__ import annotations
@@ -24,12 +26,17 @@ PARTIES = ("queue a", "queue b")
 class ModelLedger:
     def __init__(self) -> None:
         self.pending: dict[int, set[str]] = {}
-        self.acked: list[int] = []
+        self.acked: list[int] = []  # resolved since the last drain
+        self.held: dict[int, bool] = {}  # held back by a drain -> held through a period end
         self.nacked: list[int] = []
+        self.period_over = False  # age_held since the last drain, with acks held
+
+    def age_held(self) -> None:
+        self.period_over = bool(self.held)
 
     def drain(self, hold_above: bool) -> tuple[list[int], list[tuple[int, bool]]]:
         nacks, self.nacked = self.nacked, []
-        acked, self.acked = sorted(self.acked), []
+        acked, self.acked = sorted(self.acked + list(self.held)), []
         if not acked:
             return nacks, []
         stops = list(self.pending) + nacks
@@ -37,10 +44,16 @@ class ModelLedger:
         below = [seq for seq in acked if floor is None or seq < floor]
         above = acked[len(below) :]
         acks = [(below[-1], len(below) > 1)] if below else []
-        if hold_above:
-            self.acked = above
+        old = {seq: self.held.get(seq, False) for seq in above}
+        if not hold_above:
+            due = above
+        elif self.period_over:
+            due = [seq for seq in above if old[seq]]
         else:
-            acks += [(seq, False) for seq in above]
+            due = []
+        acks += [(seq, False) for seq in due]
+        self.held = {seq: self.period_over or old[seq] for seq in above if seq not in due}
+        self.period_over = False
         return nacks, acks
 
 
@@ -89,6 +102,11 @@ class LedgerMachine(RuleBasedStateMachine):
         del self.model.pending[seq]
         self.model.nacked.append(seq)
 
+    @rule()
+    def age_held(self) -> None:
+        self.ledger.age_held()
+        self.model.age_held()
+
     @rule(hold_above=st.booleans())
     def drain(self, hold_above: bool) -> None:
         before = self.ledger.acks_drained
@@ -111,7 +129,7 @@ class LedgerMachine(RuleBasedStateMachine):
     @invariant()
     def agrees_on_what_is_left(self) -> None:
         assert self.ledger.pending_count == len(self.model.pending)
-        assert self.ledger.holds_acks() == bool(self.model.acked)
+        assert self.ledger.holds_acks() == bool(self.model.acked or self.model.held)
         assert len(self.confirmed) == len(set(self.confirmed)), "a seq confirmed twice"
 
     def teardown(self) -> None:

@@ -363,6 +363,24 @@ def test_held_acks_go_out_singly_when_no_longer_held() -> None:
     assert not ledger.holds_acks()
 
 
+def test_a_held_ack_goes_out_singly_after_a_whole_holding_period_only() -> None:
+    ledger = ConfirmLedger()
+    publish(ledger, 4, hold=True)
+    ledger.confirm(2)
+    assert ledger.drain(hold_above=True) == ([], [])  # 2 waits for 1
+    ledger.age_held()  # a period ends: 2 was held through none of it yet
+    ledger.confirm(3)
+    assert ledger.drain(hold_above=True) == ([], []), "2 and 3 wait one more period"
+    ledger.confirm(4)
+    assert ledger.drain(hold_above=True) == ([], [])
+    ledger.age_held()  # 2 and 3 were held through a whole period; 4 was not
+    assert ledger.drain(hold_above=True) == ([], [(2, False), (3, False)])
+    assert ledger.holds_acks(), "4 waits for the next period's end"
+    ledger.confirm(1)
+    assert ledger.drain(hold_above=True) == ([], [(4, True)]), "1 and 4 in one frame"
+    assert not ledger.holds_acks()
+
+
 def test_holding_never_delays_acks_below_the_floor() -> None:
     ledger = ConfirmLedger()
     publish(ledger, 4, hold=True)

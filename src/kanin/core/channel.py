@@ -72,7 +72,8 @@ class Delivered(Protocol):
     def body(self) -> bytes: ...
 
 
-# How long an out-of-order publisher confirm may wait for a multiple ack to cover it.
+# An out-of-order publisher confirm waits one to two such periods for a multiple ack to
+# cover it (ConfirmLedger.age_held).
 HOLD_ACKS_S = 0.01
 
 
@@ -97,7 +98,6 @@ class Channel:
         self.parked: dict[Consumer, None] = {}
         self.confirms: ConfirmLedger | None = None  # set by confirm.select
         self._held_timer: Cancellable | None = None  # held acks go out when it fires
-        self._release_held = False
         self.tx: list[tuple[str, Any]] | None = None  # buffered publishes/acks in tx mode
         self.last_queue_name = ""
         self.write_checked: tuple[Any, str] = (None, "")  # (permission, exchange): publishing.py
@@ -188,16 +188,15 @@ class Channel:
         """End of an event-loop turn: send the coalesced publisher confirms."""
         if self.confirms is None or self.closing:
             return
-        self.send_confirms(final=self._release_held)
+        self.send_confirms(final=False)
 
     def send_confirms(self, final: bool = True) -> None:
         """Send the acks and nacks resolved so far, coalesced (see ConfirmLedger.drain).
-        Unless `final`, acks above a confirm still pending wait up to HOLD_ACKS_S for a
-        multiple ack to cover them: out-of-order confirms (end-to-end queues) went out
-        one frame each, most of a frame per message."""
+        Unless `final`, acks above a confirm still pending wait HOLD_ACKS_S to twice that
+        for a multiple ack to cover them: out-of-order confirms (end-to-end queues) went
+        out one frame each, most of a frame per message."""
         confirms = self.confirms
         assert confirms is not None
-        self._release_held = False
         nacks, acks = confirms.drain(hold_above=not final)
         for seq in nacks:
             self.send_method(
@@ -211,10 +210,11 @@ class Channel:
             self._held_timer = self.vhost.scheduler.call_later(HOLD_ACKS_S, self._held_due)
 
     def _held_due(self) -> None:
-        """Held acks have waited long enough: out with them at the next flush, singly."""
+        """A holding period is over: the acks held through all of the previous one go
+        out at the next flush, singly; the timer runs again while any are held."""
         self._held_timer = None
         if self.confirms is not None and not self.closing:
-            self._release_held = True
+            self.confirms.age_held()
             self.port.request_flush(self)
 
     # -- deliveries ---------------------------------------------------------------

@@ -15,9 +15,14 @@ RabbitMQ's rabbit_confirms and coalesce_and_send):
   nacks one by one first, then acks, coalesced: all acked seqs below the smallest
   seq still pending or nacked go out as one ack with multiple=true, the rest singly,
   or (`hold_above`) not yet: confirms that resolve out of order (end-to-end queues,
-  acked by consumers in their own order) would otherwise cost a frame each.
+  acked by consumers in their own order) would otherwise cost a frame each. Held acks
+  age in two generations: `age_held` marks a period's end (the channel's timer), and at
+  the next drain that releases them the acks held since before the previous mark go out
+  singly, the younger ones wait one more period. Releasing every held ack at each mark
+  sent most of them singly under steady load, where some ack is always held: 63-84% of
+  the confirm frames, 3-8 times transient confirms' frames a message.
   A drain costs what resolved since the last one, not what is held: held acks wait in
-  a heap, and the smallest pending seq is a mark that only moves up.
+  heaps, and the smallest pending seq is a mark that only moves up.
 """
 
 from __future__ import annotations
@@ -51,7 +56,11 @@ class ConfirmLedger:
         # No pending seq lies below: the smallest pending is found from here up (_floor).
         self._low = 1
         self._acked: list[int] = []  # acked since the last drain, in any order
-        self._held: list[int] = []  # a heap: acked, held back by drain(hold_above=True)
+        # Heaps: acked, held back by drain(hold_above=True), since the last age_held (young)
+        # and since before it (old: out singly at the next drain that releases).
+        self._held: list[int] = []
+        self._held_old: list[int] = []
+        self._release_old = False  # age_held was called: the next holding drain releases
         self._nacked: list[int] = []
         # Pending seqs waiting for the disk, by the commit round that holds them.
         self._disk = RoundBatches(store, self._round_ended) if store is not None else None
@@ -157,17 +166,23 @@ class ConfirmLedger:
         self._request_flush()
 
     def has_output(self) -> bool:
-        return bool(self._acked or self._nacked or self._held)
+        return bool(self._acked or self._nacked or self._held or self._held_old)
+
+    def age_held(self) -> None:
+        """A holding period is over: at the next drain, the acks held since before the
+        previous call go out singly, those held since wait one more period."""
+        self._release_old = bool(self._held or self._held_old)
 
     def drain(self, hold_above: bool = False) -> tuple[list[int], list[tuple[int, bool]]]:
         """Return (nacks, acks as (tag, multiple)) resolved since the last drain. With
         `hold_above`, acks above the smallest seq still pending or nacked stay for a later
-        drain, when a multiple ack may cover them (see Channel.send_confirms)."""
+        drain, when a multiple ack may cover them, but no longer than two periods of
+        `age_held` (see Channel.send_confirms)."""
         self._flush_requested = False
         nacks, self._nacked = self._nacked, []
         acked, self._acked = self._acked, []
-        held = self._held
-        if not acked and not held:
+        held, old = self._held, self._held_old
+        if not acked and not held and not old:
             return nacks, []
         # As RabbitMQ's coalesce_and_send: a multiple ack stops below anything not acked,
         # still pending or nacked in this same batch.
@@ -176,7 +191,7 @@ class ConfirmLedger:
             lowest_nack = min(nacks)
             if floor is None or lowest_nack < floor:
                 floor = lowest_nack
-        if not held:  # the usual case: all of them below the floor, in one frame
+        if not held and not old:  # the usual case: all of them below the floor, in one frame
             top = max(acked)
             if floor is None or top < floor:
                 self.acks_drained += len(acked)
@@ -184,16 +199,27 @@ class ConfirmLedger:
         for seq in acked:
             heappush(held, seq)
         below, top = 0, 0
-        while held and (floor is None or held[0] < floor):
-            top = heappop(held)
-            below += 1
+        for heap in (old, held):
+            while heap and (floor is None or heap[0] < floor):
+                seq = heappop(heap)
+                below += 1
+                if seq > top:
+                    top = seq
         acks: list[tuple[int, bool]] = [(top, below > 1)] if below else []
         drained = below
         if not hold_above:
-            while held:
-                acks.append((heappop(held), False))
-                drained += 1
-        self.acks_drained += drained
+            singly = sorted(old + held)
+            old.clear()
+            held.clear()
+        elif self._release_old:
+            singly = sorted(old)
+            self._held_old, self._held = held, []
+        else:
+            singly = []
+        self._release_old = False
+        for seq in singly:
+            acks.append((seq, False))
+        self.acks_drained += drained + len(singly)
         return nacks, acks
 
     def _floor(self) -> int | None:
@@ -212,7 +238,7 @@ class ConfirmLedger:
 
     def holds_acks(self) -> bool:
         """Acks held back by a `drain(hold_above=True)`, or resolved since: some to send."""
-        return bool(self._held or self._acked)
+        return bool(self._held or self._held_old or self._acked)
 
 
 class ConfirmTicket:
