@@ -71,6 +71,9 @@ class FakePort:
     def request_flush(self, channel: Channel) -> None:
         pass
 
+    def request_flush_next_turn(self, channel: Channel) -> None:
+        pass
+
     def hold_until_saved(self) -> None:
         pass  # nothing is saved: the broker keeps no definitions on disk here
 

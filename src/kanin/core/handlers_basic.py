@@ -152,7 +152,7 @@ def confirm_select(channel: Channel, method: commands.Confirm.Select) -> None:
         raise ChannelError(C.PRECONDITION_FAILED, "cannot switch from tx to confirm mode")
     if channel.confirms is None:
         channel.confirms = ConfirmLedger(
-            channel.services.store, lambda: channel.port.request_flush(channel)
+            channel.services.store, lambda: channel.port.request_flush_next_turn(channel)
         )
     if not method.nowait:
         channel.send_method(build(commands.Confirm.SelectOk))

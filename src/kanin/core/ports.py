@@ -52,6 +52,11 @@ class ConnectionPort(Protocol):
     def request_flush(self, channel: Channel) -> None:
         """Ask for channel.flush() at the end of this event-loop turn (confirm coalescing)."""
 
+    def request_flush_next_turn(self, channel: Channel) -> None:
+        """Ask for channel.flush() once the connections readable now have been read: for
+        confirms that other connections resolve (consumers' acks, commit rounds), so that
+        all of them that a turn's reads resolve go out in one frame."""
+
 
 @dataclass(frozen=True)
 class ChannelServices:

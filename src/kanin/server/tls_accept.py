@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from kanin.core.session.session import address_text
+from kanin.core.session.transport import address_text
 
 log = logging.getLogger("kanin.server.tls")
 

@@ -47,7 +47,7 @@ from kanin.core.session.heartbeat import Heartbeat
 from kanin.core.session.opening import Opening
 from kanin.core.session.routing import CLOSED, on_frame, on_publish_frames
 from kanin.core.session.state import State
-from kanin.core.session.transport import SessionTransport
+from kanin.core.session.transport import SessionTransport, address_text
 
 if TYPE_CHECKING:
     from kanin.core.auth import User
@@ -372,6 +372,11 @@ class Session:
             self._flush_scheduled = True
             self._soon.call_soon(self._flush)
 
+    def request_flush_next_turn(self, channel: Channel) -> None:
+        # The loop's call_soon, not Soon's: after every connection readable now was read.
+        self._dirty_channels[channel.id] = channel
+        self._scheduler.call_soon(self._flush)
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         if self._dirty_channels:
@@ -493,8 +498,3 @@ class Session:
             channel.shutdown()
         self.channels.clear()
         self._dirty_channels.clear()
-
-
-def address_text(address: tuple[Any, ...]) -> str:  # host:port, [host]:port for IPv6
-    host = str(address[0])
-    return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"

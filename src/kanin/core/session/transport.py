@@ -13,7 +13,7 @@ Rules of this file:
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class SessionTransport(Protocol):
@@ -31,3 +31,9 @@ class SessionTransport(Protocol):
 
     def abort(self) -> None:
         """Close now; what was not written yet is lost."""
+
+
+def address_text(address: tuple[Any, ...]) -> str:
+    """A socket address as a connection's name shows it: host:port, [host]:port for IPv6."""
+    host = str(address[0])
+    return f"[{host}]:{address[1]}" if ":" in host else f"{host}:{address[1]}"
