@@ -368,7 +368,7 @@ def test_a_held_ack_goes_out_singly_after_a_whole_holding_period_only() -> None:
     publish(ledger, 4, hold=True)
     ledger.confirm(2)
     assert ledger.drain(hold_above=True) == ([], [])  # 2 waits for 1
-    ledger.age_held()  # a period ends: 2 was held through none of it yet
+    ledger.age_held()  # a period ends: 2 was held through only part of it
     ledger.confirm(3)
     assert ledger.drain(hold_above=True) == ([], []), "2 and 3 wait one more period"
     ledger.confirm(4)
