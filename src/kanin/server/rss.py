@@ -29,14 +29,19 @@ STATM = "/proc/self/statm"
 # The cyclic collector's thresholds while a broker runs (CPython's are 700, 10, 10).
 # Nearly everything the broker frees goes by reference counting, but what it keeps for a
 # while (queued messages, unacked deliveries, a stream's recent records) counts as net
-# allocations, so with 700 the collector ran constantly, and full collections (which walk
-# every object the broker holds) every few seconds: publishing 400,000 messages to a
-# stream and reading them twice cost 3,629 collections and 4.8 s, 25 of them full, up to
-# 348 ms each (on a loaded machine). With these: about 200 collections and 0.9 s, one
-# full. The first stays small so that a young collection stays short (a pause delays
-# every message due or waiting then); full collections come only after about 5 million
-# net allocations.
-GC_THRESHOLDS = (5_000, 10, 100)
+# allocations, so with 700 the collector ran constantly, and full collections (which
+# walk every object the broker holds) every few seconds: publishing 400,000 messages to
+# a stream and reading them twice cost 3,629 collections and 4.8 s, 25 of them full, up
+# to 348 ms each (on a loaded machine). With (5,000, 10, 100): about 200 collections and
+# 0.9 s, one full. The first stays small so that a young collection stays short (a pause
+# delays every message due or waiting then); a middle collection comes every 50,000 net
+# allocations, as with (5,000, 10): in a 1-million-message fill its longest pause was 12
+# ms either way (45 ms with (20,000, 10)), a young one's 1.8 ms against 0.7; full ones
+# after about 5 million. Not 5,000: end-to-end confirms at 8 queues read bursts of
+# 5,000-10,000 tracked objects (publishes read before the acks that free them), and
+# young collections ran 270 times in 5 s (0.36 s of the broker's CPU) where with 10,000
+# they run about 6 times.
+GC_THRESHOLDS = (10_000, 5, 100)
 
 
 def collect_cycles_less_often() -> tuple[int, int, int]:
