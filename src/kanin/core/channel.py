@@ -72,8 +72,8 @@ class Delivered(Protocol):
     def body(self) -> bytes: ...
 
 
-# An out-of-order publisher confirm waits one to two such periods for a multiple ack to
-# cover it (ConfirmLedger.age_held).
+# An out-of-order publisher confirm waits for a multiple ack to cover it, and goes alone
+# once it has waited one to two such periods (ConfirmLedger.age_held).
 HOLD_ACKS_S = 0.01
 
 
