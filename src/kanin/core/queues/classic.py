@@ -10,11 +10,11 @@ How this works:
   loop turn (call_next_turn), so draining to a fast consumer holds no one else up. Which
   consumer gets each (priorities, turns, parking, single active consumer) is
   queues/consumers.py's choice, in O(1) amortised.
-- Message TTL (x-message-ttl, per-message expiration) is enforced at the head, as in
-  RabbitMQ: one timer (expiry.HeadTimer) is armed for the head's expiry, it drops (or
-  dead-letters) the expired messages at the head and re-arms for the next: work in
-  proportion to what expires, never a scan of the queue. A message that expired
-  behind a longer-lived one is caught when it reaches the head.
+- Message TTL (x-message-ttl, per-message expiration, a `wait_limit`) is enforced at the
+  head, as in RabbitMQ: one timer (expiry.HeadTimer) is armed for the head's expiry, it
+  drops (or dead-letters) the expired messages at the head and re-arms for the next:
+  work in proportion to what expires, never a scan of the queue. A message that
+  expired behind a longer-lived one is caught when it reaches the head.
 - x-expires (expiry.IdleTimer) deletes the queue unused (no consumer, get or redeclare)
   for the period; x-max-length(-bytes) with x-overflow bounds it.
 - Messages leaving for good go through `forget` (memory accounting) and, when the queue
@@ -41,7 +41,7 @@ from kanin.core.queue_args import RETURNED, QueueArgs
 from kanin.core.queues.base import ACCEPTED, REFUSED, STORED, Queue
 from kanin.core.queues.consumers import ConsumerChoice
 from kanin.core.queues.dedup_index import DedupIndex
-from kanin.core.queues.expiry import HeadExpiry, IdleTimer, ttl_ms
+from kanin.core.queues.expiry import HeadExpiry, IdleTimer, WaitLimit, deadline_of, ttl_ms
 from kanin.core.queues.returns import READY, SPENT, Returns
 from kanin.core.ready import FifoReady, PriorityReady, Ready
 from kanin.store.records import queue_key
@@ -101,14 +101,14 @@ class ClassicQueue(Queue):
         # Quorum queues store every message, persistent or not.
         self._stores_all = False
         self._dedup = DedupIndex() if self.args.deduplicates else None
-        # basic.get answers owed while the head is read back, in the order asked.
-        self._getters: deque[Callable[[Entry | None], None]] = deque()
+        self._getters: deque[Callable[[Entry | None], None]] = deque()  # gets waiting for a read
         self._next_seq = 1
         # Stored messages whose commit round has not ended (see _on_commit).
         self._unsynced: RoundBatches[Entry] | None = (
             RoundBatches(self.store, self._on_commit) if self.store is not None else None
         )
         self._dispatch_scheduled = self._had_consumer = False
+        self.wait_limit: WaitLimit | None = None  # x-confirm-timeout (queues/end_to_end.py)
         self._ttl = HeadExpiry(
             scheduler, lambda: self.ready.peek(), self._pop, self._expired, lambda: self.deleted
         )
@@ -164,8 +164,8 @@ class ClassicQueue(Queue):
         if key is not None and dedup is not None:
             dedup.joined(entry, key)
         ttl = ttl_ms(self.args.message_ttl_ms, message.expiration_ms)
-        if ttl is not None:
-            entry.expires_at = self._scheduler.time() + ttl / 1000
+        if ttl is not None or self.wait_limit is not None:
+            entry.expires_at = deadline_of(self._scheduler, ttl, self.wait_limit)
         result = ACCEPTED
         # As RabbitMQ: to an empty queue's consumer with room at once (not counted against
         # x-max-length, no TTL of 0); without acks it is gone then: nothing to store.

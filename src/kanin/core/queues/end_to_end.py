@@ -13,7 +13,9 @@ again. The rules:
 - Requeued (nack or reject with requeue, a consumer's channel closing): still pending.
 - x-confirm-timeout (ms, default 30 minutes): a message waits at most this long in the
   queue before it expires (with x-message-ttl, the shorter one counts), so a confirm
-  waits at most that plus the consumer timeout of the consumer that has it.
+  waits at most that plus the consumer timeout of the consumer that has it. It expires
+  within a step of that (a second, or a sixteenth of the timeout when shorter): the
+  queue reads the clock once a step for this, not once a message (queues/expiry.py).
 - A message routed to other queues too is confirmed when every one of them is done: the
   end-to-end ones when acked, the others as confirms normally wait (the disk, for a
   persistent message on a durable queue).
@@ -30,13 +32,13 @@ again. The rules:
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES
 from kanin.core.queue_args import QueueArgs
 from kanin.core.queues.base import ACCEPTED, REFUSED
 from kanin.core.queues.classic import ClassicQueue
+from kanin.core.queues.expiry import WaitLimit
 
 if TYPE_CHECKING:
     from kanin.core.confirms import ConfirmTicket
@@ -73,19 +75,18 @@ class EndToEndQueue(ClassicQueue):
             exclusive_owner=exclusive_owner,
             auto_delete=auto_delete,
             arguments=arguments,
-            args=_held_at_most_confirm_timeout(args or QueueArgs()),
+            args=args,
             store=None,  # see the module docstring: nothing is stored
             memory_budget_bytes=memory_budget_bytes,
         )
         self.settles_confirms = True
+        # A queue argument only (no policy sets it): fixed for the queue's life.
+        self.wait_limit = WaitLimit(scheduler, self.args.confirm_timeout_ms / 1000)
         # Entry seq -> the confirm its ack settles, and those of retransmits held for it
         # (x-message-deduplication): a list per message only when there are more.
         self._tickets: dict[int, ConfirmTicket] = {}
         self._more_tickets: dict[int, list[ConfirmTicket]] = {}
         self._dropping = False  # a purge forgets messages that were not acked
-
-    def apply_args(self, args: QueueArgs) -> None:
-        super().apply_args(_held_at_most_confirm_timeout(args))
 
     def publish_with_ticket(self, message: Message, ticket: ConfirmTicket) -> int:
         dedup = self._dedup
@@ -145,9 +146,3 @@ def _settle_ticket(ticket: ConfirmTicket, queue: EndToEndQueue, acked: bool) -> 
         ticket.ledger.vouch(ticket.seq, queue)
     else:
         ticket.ledger.refuse(ticket.seq)
-
-
-def _held_at_most_confirm_timeout(args: QueueArgs) -> QueueArgs:
-    """A message waits for its ack no longer than x-confirm-timeout: its TTL says so."""
-    ttl, timeout = args.message_ttl_ms, args.confirm_timeout_ms
-    return dataclasses.replace(args, message_ttl_ms=timeout if ttl is None else min(ttl, timeout))

@@ -21,6 +21,46 @@ def ttl_ms(queue_ttl: int | None, message_ttl: int | None) -> int | None:
     return queue_ttl if message_ttl is None else min(queue_ttl, message_ttl)
 
 
+def deadline_of(scheduler: Scheduler, ttl: int | None, limit: WaitLimit | None) -> float | None:
+    """When a message enqueued now dies: its TTL (ms) from now, or the queue's wait limit
+    (x-confirm-timeout), whichever comes first; None if it has neither."""
+    if limit is None:
+        return None if ttl is None else scheduler.time() + ttl / 1000
+    deadline = limit.deadline()
+    if ttl is None:
+        return deadline  # shared by the messages of one step: no new float a message
+    assert deadline is not None
+    return min(deadline, scheduler.time() + ttl / 1000)
+
+
+class WaitLimit:
+    """The longest any message may wait in a queue (x-confirm-timeout), as one deadline the
+    messages enqueued within a step share: the clock is read once a step, not once a
+    message (a read and a new float a message cost end-to-end confirms some 5% of their
+    throughput). Never early: a message dies between `wait_s` and `wait_s` plus a step
+    (at most a second, a sixteenth of `wait_s` when that is shorter) after it came."""
+
+    def __init__(self, scheduler: Scheduler, wait_s: float) -> None:
+        self._scheduler = scheduler
+        self._wait_s = wait_s
+        self._step_s = min(1.0, wait_s / 16)
+        # The deadline of this step (None: none yet); typed optional, so stored boxed: each
+        # message shares the one float.
+        self._deadline: float | None = None
+
+    def deadline(self) -> float | None:
+        """The deadline of a message enqueued now (never None)."""
+        deadline = self._deadline
+        if deadline is None:
+            deadline = self._scheduler.time() + self._step_s + self._wait_s
+            self._deadline = deadline
+            self._scheduler.call_later(self._step_s, self._next_step)
+        return deadline
+
+    def _next_step(self) -> None:
+        self._deadline = None
+
+
 class HeadTimer:
     """One timer for the earliest deadline asked for: re-armed only for an earlier one,
     so arming for every new head costs nothing while the head is unchanged."""
