@@ -72,6 +72,7 @@ class ConfirmLedger:
         # on_resolved was called and no drain has run since: once per flush, not per ack.
         self._flush_requested = False
         self.acks_drained = 0  # seqs acked by the drains so far (the channel counts them)
+        self.closed = False
 
     @property
     def pending_count(self) -> int:
@@ -135,6 +136,14 @@ class ConfirmLedger:
             self.reject(seq)
             self._request_flush()
 
+    def refuse_party(self, party: Party) -> None:
+        """`party` is gone (a deleted queue): every publish still waiting for it is nacked."""
+        waiting = [seq for seq, parties in self._pending.items() if party in parties]
+        for seq in waiting:
+            self.reject(seq)
+        if waiting:
+            self._request_flush()
+
     def _request_flush(self) -> None:
         if not self._flush_requested:
             self._flush_requested = True
@@ -155,6 +164,7 @@ class ConfirmLedger:
         if self._disk is not None:
             self._disk.close()
         self._pending.clear()
+        self.closed = True
 
     def _round_ended(self, seqs: list[int], ok: bool) -> None:
         pending, acked = self._pending, self._acked

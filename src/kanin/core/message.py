@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kanin.amqp.frames import decode_properties
+
+if TYPE_CHECKING:
+    from kanin.core.confirms import ConfirmTicket
 
 # What the memory alarm counts for a message besides its body and encoded header, measured
 # with `kanin server` on CPython 3.12 (RSS growth per message, 200,000 to 400,000 empty
@@ -105,6 +108,7 @@ class Entry:
         "seq",
         "size",
         "stored_id",
+        "ticket",
     )
 
     def __init__(self, message: Message | None, seq: int, size: int = -1) -> None:
@@ -121,6 +125,8 @@ class Entry:
         self.returns = 0
         self.stored_id = 0  # id in the message store, 0 when not persisted
         self.expires_at: float | None = None  # scheduler time after which it is dead
+        # The publisher's confirm its ack settles, in an end-to-end queue (end_to_end.py).
+        self.ticket: ConfirmTicket | None = None
 
     def __lt__(self, other: Entry) -> bool:
         return self.seq < other.seq

@@ -47,6 +47,7 @@ from kanin.core.ready import FifoReady, PriorityReady, Ready
 from kanin.store.records import queue_key
 
 if TYPE_CHECKING:
+    from kanin.core.confirms import ConfirmTicket
     from kanin.core.consumer import Consumer
     from kanin.core.memory import MemoryMonitor
     from kanin.core.scheduling import Scheduler
@@ -88,18 +89,15 @@ class ClassicQueue(Queue):
         self.ready_bytes = 0  # body bytes of every ready message (x-max-length-bytes)
         self._scheduler = scheduler
         self._memory = memory
-        # Persistent messages of a durable queue go to the store.
-        self.store = store if durable else None
+        self.store = store if durable else None  # for a durable queue's persistent messages
         self.store_key = queue_key(vhost, name)
         self._budget_bytes = memory_budget_bytes  # the broker's, kept for a policy's queue-mode
-        budget = 0 if self.args.lazy else memory_budget_bytes
-        label = repr(self)
+        budget, label = 0 if self.args.lazy else memory_budget_bytes, repr(self)
         self.pager = Pager(self.store, self.store_key, budget, label, self._count, self._landed)
         self._dead_letters = DeadLetters(self, self.store, self.store_key)
         self.returns = Returns(self.args.returns, scheduler, self.store, self.store_key)
         self.returns.dead_letter, self.returns.ready_again = self.dead_letter, self._ready_again
-        # Quorum queues store every message, persistent or not.
-        self._stores_all = False
+        self._stores_all = False  # quorum queues store every message, persistent or not
         self._dedup = DedupIndex() if self.args.deduplicates else None
         self._getters: deque[Callable[[Entry | None], None]] = deque()  # gets waiting for a read
         self._next_seq = 1
@@ -147,9 +145,10 @@ class ClassicQueue(Queue):
 
     # -- messages in --------------------------------------------------------------------
 
-    def publish(self, message: Message) -> int:
+    def publish(self, message: Message, ticket: ConfirmTicket | None = None) -> int:
         """Enqueue: REFUSED (x-overflow reject-publish*), ACCEPTED, or STORED when the
-        message went to the store and its publisher's confirm must wait for the disk."""
+        message went to the store and its publisher's confirm must wait for the disk.
+        The entry carries `ticket` (the confirm an end-to-end queue settles)."""
         size = len(message.body)
         if self.args.rejects_publish and self.args.full_for(
             len(self.ready), self.ready_bytes, size
@@ -160,6 +159,7 @@ class ClassicQueue(Queue):
         if key is not None and dedup is not None and dedup.holds(key):
             return STORED if self.store is not None else ACCEPTED  # see queues/dedup_index.py
         entry = Entry(message, self._next_seq)
+        entry.ticket = ticket
         self._next_seq += 1
         if key is not None and dedup is not None:
             dedup.joined(entry, key)

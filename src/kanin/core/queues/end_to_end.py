@@ -36,12 +36,12 @@ from typing import TYPE_CHECKING, Any
 
 from kanin.core.paging import DEFAULT_MEMORY_BUDGET_BYTES
 from kanin.core.queue_args import QueueArgs
-from kanin.core.queues.base import ACCEPTED, REFUSED
+from kanin.core.queues.base import ACCEPTED
 from kanin.core.queues.classic import ClassicQueue
 from kanin.core.queues.expiry import WaitLimit
 
 if TYPE_CHECKING:
-    from kanin.core.confirms import ConfirmTicket
+    from kanin.core.confirms import ConfirmLedger, ConfirmTicket
     from kanin.core.memory import MemoryMonitor
     from kanin.core.message import Entry, Message
     from kanin.core.scheduling import Scheduler
@@ -82,31 +82,39 @@ class EndToEndQueue(ClassicQueue):
         self.settles_confirms = True
         # A queue argument only (no policy sets it): fixed for the queue's life.
         self.wait_limit = WaitLimit(scheduler, self.args.confirm_timeout_ms / 1000)
-        # Entry seq -> the confirm its ack settles, and those of retransmits held for it
-        # (x-message-deduplication): a list per message only when there are more.
-        self._tickets: dict[int, ConfirmTicket] = {}
+        # Each entry carries the confirm its ack settles (Entry.ticket); retransmits held
+        # for it (x-message-deduplication) wait here, by entry seq.
         self._more_tickets: dict[int, list[ConfirmTicket]] = {}
+        # The ledgers of the channels that published here, for a deletion to nack what
+        # they still wait for: kept with no work at an ack, and pruned of the closed ones
+        # whenever the dict has doubled since the last pruning.
+        self._ledgers: dict[ConfirmLedger, None] = {}
+        self._prune_at = 16
         self._dropping = False  # a purge forgets messages that were not acked
 
     def publish_with_ticket(self, message: Message, ticket: ConfirmTicket) -> int:
+        if ticket.ledger not in self._ledgers:
+            self._add_ledger(ticket.ledger)
         dedup = self._dedup
         key = dedup.key_of(message) if dedup is not None else None
         holder = dedup.holder(key) if dedup is not None and key is not None else None
         if holder is not None:  # a retransmit of a message still here
             self._more_tickets.setdefault(holder.seq, []).append(ticket)
             return ACCEPTED
-        seq = self._next_seq  # the entry `publish` makes, which may leave at once
-        self._tickets[seq] = ticket
-        result = self.publish(message)
-        if result == REFUSED:
-            del self._tickets[seq]
-        return result
+        return self.publish(message, ticket)
+
+    def _add_ledger(self, ledger: ConfirmLedger) -> None:
+        ledgers = self._ledgers
+        if len(ledgers) >= self._prune_at:
+            for closed in [known for known in ledgers if known.closed]:
+                del ledgers[closed]
+            self._prune_at = max(16, 2 * len(ledgers))
+        ledgers[ledger] = None
 
     def _settle(self, entry: Entry, acked: bool) -> None:
-        tickets, seq = self._tickets, entry.seq
-        ticket = tickets.get(seq)  # not pop(seq, None): compiled, that is a by-name call
+        ticket = entry.ticket
         if ticket is not None:
-            del tickets[seq]
+            entry.ticket = None
             _settle_ticket(ticket, self, acked)
         if self._more_tickets:
             for retransmit in self._more_tickets.pop(entry.seq, ()):
@@ -131,13 +139,12 @@ class EndToEndQueue(ClassicQueue):
             self._dropping = False
 
     def delete(self) -> None:
-        tickets, self._tickets = self._tickets, {}
-        more, self._more_tickets = self._more_tickets, {}
-        for ticket in tickets.values():
-            _settle_ticket(ticket, self, acked=False)
-        for retransmits in more.values():
-            for ticket in retransmits:
-                _settle_ticket(ticket, self, acked=False)
+        """Every publish still waiting for this queue is nacked, whoever holds its entry:
+        the entries consumers hold settle nothing when acked later."""
+        ledgers, self._ledgers = self._ledgers, {}
+        self._more_tickets = {}
+        for ledger in ledgers:
+            ledger.refuse_party(self)
         super().delete()
 
 
