@@ -7,7 +7,7 @@ time for deadlines, its wall clock for expiry that must survive a restart.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from kanin.core.message import Entry
@@ -44,18 +44,19 @@ class WaitLimit:
         self._scheduler = scheduler
         self._wait_s = wait_s
         self._step_s = min(1.0, wait_s / 16)
-        # The deadline of this step (None: none yet); typed optional, so stored boxed: each
-        # message shares the one float.
-        self._deadline: float | None = None
+        # The deadline of this step (None: none yet), a float object every message shares.
+        # Typed `object`, read back through a cast: compiled (mypyc), a value narrowed to
+        # float is unboxed, and boxed again into a new float for each message.
+        self._deadline: object = None
 
     def deadline(self) -> float | None:
         """The deadline of a message enqueued now (never None)."""
         deadline = self._deadline
         if deadline is None:
-            deadline = self._scheduler.time() + self._step_s + self._wait_s
-            self._deadline = deadline
+            fresh: float | None = self._scheduler.time() + self._step_s + self._wait_s
+            self._deadline = deadline = fresh
             self._scheduler.call_later(self._step_s, self._next_step)
-        return deadline
+        return cast("float | None", deadline)
 
     def _next_step(self) -> None:
         self._deadline = None
