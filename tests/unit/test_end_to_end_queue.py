@@ -14,8 +14,8 @@ from kanin.core.queues.end_to_end import EndToEndQueue
 from kanin.testing.clock import FakeScheduler
 
 
-def make_queue(clock: FakeScheduler, **extra: object) -> EndToEndQueue:
-    arguments = {"x-confirm-on-ack": True, **extra}
+def make_queue(clock: FakeScheduler) -> EndToEndQueue:
+    arguments: dict[str, object] = {"x-confirm-on-ack": True}
     args = parse_queue_args(arguments, "q", "/")
     return EndToEndQueue("q", "/", clock, MemoryMonitor(2**40), arguments=arguments, args=args)
 
